@@ -1,0 +1,1 @@
+"""Dagster code location for the Orchestra pipeline."""

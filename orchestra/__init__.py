@@ -1,0 +1,1 @@
+"""Orchestra: omni-modal agent orchestration library (never imports dagster)."""

@@ -1,0 +1,71 @@
+"""`orchestra ...`: the command line over the library (params, stages, world, tools)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from orchestra.errors import OrchestraError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Omni-modal agent orchestration pipeline.")
+params_app = typer.Typer(no_args_is_help=True, help="Inspect and check params.yaml.")
+app.add_typer(params_app, name="params")
+
+err = Console(stderr=True)
+
+
+def _fail(e: OrchestraError) -> typer.Exit:
+    err.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+    return typer.Exit(code=2)
+
+
+@params_app.command("check")
+def params_check(file: Path = typer.Argument(Path("params.yaml"), help="params file to validate")) -> None:
+    """Validate a params file; exit 0 when valid, 2 with every problem named by key path."""
+    from orchestra.config import load_params
+
+    try:
+        load_params(file)
+    except OrchestraError as e:
+        raise _fail(e) from e
+    typer.echo(f"{file}: ok")
+
+
+@params_app.command("show")
+def params_show(file: Path = typer.Argument(Path("params.yaml"))) -> None:
+    """Print the effective params (defaults filled in) as JSON."""
+    from orchestra.config import load_params
+
+    try:
+        params = load_params(file)
+    except OrchestraError as e:
+        raise _fail(e) from e
+    typer.echo(json.dumps(params.model_dump(mode="json"), indent=2))
+
+
+@app.command("stage")
+def stage(
+    name: str = typer.Argument(..., help="stage (= Dagster asset) name, e.g. seed_tasks"),
+    params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
+) -> None:
+    """Run one pipeline stage outside Dagster (this is what each DVC stage calls)."""
+    from orchestra.config import data_root, load_params
+    from orchestra.stages import run_stage
+
+    try:
+        params = load_params(params_file)
+        meta = run_stage(name, params, data_root(params_file, params))
+    except OrchestraError as e:
+        raise _fail(e) from e
+    typer.echo(json.dumps(meta, indent=2, ensure_ascii=False))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Data synthesis: seed tasks, anchors, rewrites, verification, decision samples."""

@@ -1,0 +1,27 @@
+"""The OrchestraError hierarchy: every error the library raises on purpose."""
+
+from __future__ import annotations
+
+
+class OrchestraError(Exception):
+    """Base of every error Orchestra raises deliberately."""
+
+
+class ConfigError(OrchestraError):
+    """params.yaml is missing, unreadable or invalid."""
+
+
+class RecordError(OrchestraError):
+    """A record file is missing, corrupt or does not match its schema."""
+
+
+class StageError(OrchestraError):
+    """A pipeline stage cannot run (unknown stage, missing upstream data, bad source)."""
+
+
+class WorldError(OrchestraError):
+    """The procedural world cannot be generated or replayed."""
+
+
+class ToolError(OrchestraError):
+    """A tool cannot be built or looked up (a failing tool *run* is an Observation, not this)."""

@@ -1,0 +1,151 @@
+"""Atomic file and directory writes (temp, then rename) and JSONL/Parquet record I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from orchestra.errors import RecordError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+_JSON_COLUMNS = "orchestra.json_columns"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a fresh temp folder beside ``path``; on success it replaces ``path`` whole.
+
+    On any error the temp folder is removed and what was at ``path`` stays untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def dump_json(obj: object) -> str:
+    """Canonical JSON: sorted keys, no ASCII escaping, so equal data gives equal bytes."""
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def record_dict(record: BaseModel) -> dict:
+    """A record as plain JSON data: aliases, and only the fields that were set or have a value."""
+    return record.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def write_jsonl(path: Path, records: Iterable[BaseModel]) -> int:
+    """Write records one JSON object per line, atomically; returns the row count."""
+    lines = [dump_json(record_dict(r)) for r in records]
+    atomic_write_text(Path(path), "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    """Read a JSONL file into ``model`` records; a bad line raises RecordError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordError(f"{path}: no such record file")
+    out: list[M] = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(model.model_validate_json(line))
+            except ValidationError as e:
+                raise RecordError(f"{path}:{n}: not a valid {model.__name__}: {e}") from e
+    return out
+
+
+def write_parquet(path: Path, records: Iterable[BaseModel]) -> int:
+    """Write records as Parquet, atomically. Columns holding lists or objects in any row are
+    stored as JSON text and named in the file's metadata, so they read back exactly."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [record_dict(r) for r in records]
+    nested = sorted({k for row in rows for k, v in row.items() if isinstance(v, dict | list)})
+    flat = [{k: dump_json(v) if k in nested else v for k, v in row.items()} for row in rows]
+    table = pa.Table.from_pylist(flat)
+    table = table.replace_schema_metadata({_JSON_COLUMNS: dump_json(nested)})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(rows)
+
+
+def read_parquet(path: Path, model: type[M]) -> list[M]:
+    """Read records written by :func:`write_parquet` back into ``model``."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise RecordError(f"{path}: no such record file")
+    table = pq.read_table(path)
+    meta = table.schema.metadata or {}
+    nested = set(json.loads(meta.get(_JSON_COLUMNS.encode(), b"[]")))
+    out: list[M] = []
+    for n, row in enumerate(table.to_pylist(), 1):
+        data = {k: json.loads(v) if k in nested else v for k, v in row.items() if v is not None}
+        try:
+            out.append(model.model_validate(data))
+        except ValidationError as e:
+            raise RecordError(f"{path}: row {n}: not a valid {model.__name__}: {e}") from e
+    return out

@@ -1,0 +1,285 @@
+"""The records that flow between stages, with the OmniGAIA-compatible task record at their root."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from orchestra.errors import RecordError
+from orchestra.io import atomic_write_text, read_jsonl, read_parquet, record_dict, write_jsonl, write_parquet
+
+__all__ = [
+    "AnchorFact",
+    "BenchmarkScore",
+    "BrowseStep",
+    "CheckOutcome",
+    "ComputeStep",
+    "Decision",
+    "DecisionSample",
+    "Delegate",
+    "EvalRecord",
+    "Finish",
+    "ModalInput",
+    "PerceiveStep",
+    "RewriteCandidate",
+    "SearchStep",
+    "SolutionStep",
+    "Source",
+    "SubTask",
+    "Task",
+    "Trajectory",
+    "TrajectoryStep",
+    "VerificationResult",
+    "VerifiedSample",
+    "read_jsonl",
+    "read_parquet",
+    "read_tasks_json",
+    "write_jsonl",
+    "write_parquet",
+    "write_tasks_json",
+]
+
+
+class _Record(BaseModel):
+    """Internal records: unknown keys are an error. Tag fields (a one-value Literal, e.g. ``kind``)
+    always count as set, so writers that drop unset fields still keep the union discriminator."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def model_post_init(self, context: Any, /) -> None:
+        for name, field in type(self).model_fields.items():
+            if get_origin(field.annotation) is Literal and len(get_args(field.annotation)) == 1:
+                self.model_fields_set.add(name)
+
+
+class _Open(BaseModel):
+    """External-format records: unknown keys are kept and written back."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# --- OmniGAIA task format -------------------------------------------------------------------------
+
+
+class ModalInput(_Open):
+    type: str = Field(description="image | audio | video")
+    id: str
+    path: str = Field(description="relative to the task file's media root")
+
+
+class Source(_Open):
+    """One piece of evidence behind an answer; OmniGAIA sources vary, so every key is optional."""
+
+    type: str | None = None
+    url: str | None = None
+    key_information: Any = None
+
+
+# Solution programs: the replayable steps a world seed was built from.
+class _Step(_Record):
+    out: str = Field(description="variable name that holds this step's value, e.g. 'v1'")
+    value: Any = Field(description="the value the step produced when the world was generated")
+
+
+class PerceiveStep(_Step):
+    op: Literal["perceive"] = "perceive"
+    input_id: str = Field(description="id of the modal input it reads")
+    perception: str = Field(description="what is read, e.g. 'ocr_text', 'count_shapes', 'dtmf'")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class SearchStep(_Step):
+    op: Literal["search"] = "search"
+    query: str
+
+
+class BrowseStep(_Step):
+    op: Literal["browse"] = "browse"
+    url: str = Field(description="a URL, or '$var' naming an earlier step's value")
+    field: str
+
+
+class ComputeStep(_Step):
+    op: Literal["compute"] = "compute"
+    expression: str = Field(description="Python expression over earlier step variables")
+
+
+SolutionStep = Annotated[PerceiveStep | SearchStep | BrowseStep | ComputeStep, Field(discriminator="op")]
+
+
+class Task(_Open):
+    """A task in the OmniGAIA metadata format. Odd values in the public file are kept as they are."""
+
+    id: int | str
+    question: str
+    omni_modal_input: list[ModalInput] = Field(default_factory=list)
+    annotated_solution: list[str | dict[str, Any]] | str | None = None
+    sources: list[Source | str] | str | None = None
+    answer: str
+    total_steps: int | str | None = None
+    level: str | None = Field(None, alias="Level")
+    required_external_tools: list[str] | str | None = None
+    task_type: str | None = None
+    category: str | None = None
+    # Orchestra's own additions (absent from OmniGAIA files, written only when set):
+    solution_program: list[SolutionStep] | None = None
+
+
+_TASKS = TypeAdapter(list[Task])
+
+
+def brief(e: ValidationError, limit: int = 5) -> str:
+    """A validation error in a few lines: ``loc: message`` for the first ``limit`` problems."""
+    errs = e.errors()
+    lines = [f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in errs[:limit]]
+    more = f" (+{len(errs) - limit} more)" if len(errs) > limit else ""
+    return "; ".join(lines) + more
+
+
+def read_tasks_json(path: Path) -> list[Task]:
+    """Read an OmniGAIA-format JSON array of tasks."""
+    path = Path(path)
+    try:
+        return _TASKS.validate_json(path.read_bytes())
+    except OSError as e:
+        raise RecordError(f"{path}: cannot read task file: {e.strerror or e}") from e
+    except ValidationError as e:
+        raise RecordError(f"{path}: not an OmniGAIA task list: {brief(e)}") from e
+
+
+def write_tasks_json(path: Path, tasks: list[Task]) -> None:
+    """Write tasks as an OmniGAIA-format JSON array (indented like the public file), atomically."""
+    data = [record_dict(t) for t in tasks]
+    atomic_write_text(Path(path), json.dumps(data, ensure_ascii=False, indent=4) + "\n")
+
+
+# --- data synthesis ---------------------------------------------------------------------------------
+
+
+class AnchorFact(_Record):
+    task_id: str
+    fact_id: str
+    modality: Literal["image", "audio", "video", "text", "web", "compute"]
+    text: str = Field(description="the fact as a sentence")
+    value: Any = None
+    source: str | None = Field(None, description="modal input id or URL it comes from")
+
+
+class RewriteCandidate(_Record):
+    candidate_id: str
+    seed_id: str
+    strategy: str
+    level: Literal["Easy", "Medium", "Hard"]
+    task: Task
+    anchor_ids: list[str] = Field(default_factory=list)
+
+
+class CheckOutcome(_Record):
+    passed: bool
+    score: float | None = None
+    detail: str = ""
+
+
+class VerificationResult(_Record):
+    candidate_id: str
+    checks: dict[str, CheckOutcome]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks.values())
+
+
+class VerifiedSample(_Record):
+    candidate_id: str
+    seed_id: str
+    split: Literal["train", "val", "test"] | None = None
+    task: Task
+    verification: VerificationResult
+
+
+# --- orchestration ----------------------------------------------------------------------------------
+
+
+class SubTask(_Record):
+    id: str = Field(description="node id in the dependency graph, e.g. 'E1'")
+    goal: str
+    modalities: list[str] = Field(default_factory=list, description="modal input ids this node may read")
+    tools: list[str] = Field(default_factory=list)
+    backend: str | None = None
+    depends_on: list[str] = Field(default_factory=list)
+
+
+class Delegate(_Record):
+    kind: Literal["delegate"] = "delegate"
+    subtasks: list[SubTask] = Field(min_length=1)
+
+
+class Finish(_Record):
+    kind: Literal["finish"] = "finish"
+    answer: str = Field(min_length=1)
+
+
+Decision = Annotated[Delegate | Finish, Field(discriminator="kind")]
+
+
+class TrajectoryStep(_Record):
+    index: int = Field(ge=0)
+    state_messages: list[dict[str, str]] = Field(description="the exact rendered state before the decision")
+    decision: Decision | None = None
+    raw_output: str | None = None
+    error: str | None = None
+    results: list[dict[str, Any]] = Field(default_factory=list, description="evidence returned per sub-task")
+    latency_s: float = 0.0
+
+
+class Trajectory(_Record):
+    task_id: str
+    system: str
+    policy: str
+    steps: list[TrajectoryStep] = Field(default_factory=list)
+    answer: str | None = None
+    tokens: int = 0
+    cost: float = 0.0
+    latency_s: float = 0.0
+
+
+class DecisionSample(_Record):
+    sample_id: str
+    task_id: str
+    split: Literal["train", "val", "test"]
+    step_index: int = Field(ge=0)
+    prompt: list[dict[str, str]]
+    decision: Decision
+    completion: str = Field(description="the expert decision as the policy should write it")
+
+
+# --- evaluation -------------------------------------------------------------------------------------
+
+
+class EvalRecord(_Record):
+    task_id: str
+    system: str
+    policy: str
+    prediction: str | None
+    gold: str
+    correct: bool
+    level: str | None = None
+    category: str | None = None
+    task_type: str | None = None
+    latency_s: float = 0.0
+    cost: float = 0.0
+    tokens: int = 0
+    error: str | None = None
+
+
+class BenchmarkScore(_Record):
+    system: str
+    policy: str
+    n: int = Field(ge=0)
+    accuracy: float = Field(ge=0, le=1)
+    by_level: dict[str, float] = Field(default_factory=dict)
+    by_category: dict[str, float] = Field(default_factory=dict)
+    by_task_type: dict[str, float] = Field(default_factory=dict)

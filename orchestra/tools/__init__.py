@@ -1,0 +1,1 @@
+"""Perception tools (image, audio, video) and action tools (search, browse, code)."""

@@ -1,0 +1,53 @@
+"""The Dagster code location loads and its assets materialize in-process into data/<asset>/."""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from dagster_project.assets import seed_tasks
+from dagster_project.definitions import defs
+from dagster_project.resources import ParamsResource
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_definitions_load() -> None:
+    dg.Definitions.validate_loadable(defs)
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert "seed_tasks" in keys
+
+
+def _params_file(tmp_path: Path, **seed: object) -> Path:
+    data = yaml.safe_load((ROOT / "params.yaml").read_text())
+    data["seed"].update(seed)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_seed_tasks_materializes_omnigaia(tmp_path: Path) -> None:
+    params = _params_file(tmp_path, source="omnigaia", limit=None)
+    result = dg.materialize([seed_tasks], resources={"params": ParamsResource(path=str(params))})
+    assert result.success
+    out = tmp_path / "data" / "seed_tasks"
+    tasks = json.loads((out / "tasks.json").read_text())
+    assert len(tasks) == 360
+    meta = result.asset_materializations_for_node("seed_tasks")[0].metadata
+    assert meta["dagster/row_count"].value == 360
+    assert meta["distribution"].value["Level"] == {"Easy": 122, "Hard": 78, "Medium": 160}
+
+
+def test_failed_materialization_keeps_previous_output(tmp_path: Path) -> None:
+    params = _params_file(tmp_path, source="omnigaia", limit=5)
+    resources = {"params": ParamsResource(path=str(params))}
+    assert dg.materialize([seed_tasks], resources=resources).success
+    out = tmp_path / "data" / "seed_tasks" / "tasks.json"
+    before = out.read_bytes()
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"id": 1}]')
+    _params_file(tmp_path, source="omnigaia_file", path=str(broken))
+    result = dg.materialize([seed_tasks], resources=resources, raise_on_error=False)
+    assert not result.success
+    assert out.read_bytes() == before
