@@ -209,6 +209,7 @@ class SubTask(_Record):
     modalities: list[str] = Field(default_factory=list, description="modal input ids this node may read")
     tools: list[str] = Field(default_factory=list)
     backend: str | None = None
+    skill: str | None = Field(None, description="skill asked of the backend (Maestro's Model@@Skill)")
     depends_on: list[str] = Field(default_factory=list)
 
 

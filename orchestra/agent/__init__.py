@@ -1,0 +1,1 @@
+"""The orchestrator core: decision formats, references, dependency graph, scheduler, memory and state."""
