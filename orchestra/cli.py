@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 
 from orchestra.errors import OrchestraError
+from orchestra.world.cli import app as world_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Omni-modal agent orchestration pipeline.")
 params_app = typer.Typer(no_args_is_help=True, help="Inspect and check params.yaml.")
 app.add_typer(params_app, name="params")
+app.add_typer(world_app, name="world", help="Generate and replay the procedural omni-modal world.")
 
 err = Console(stderr=True)
 

@@ -93,7 +93,7 @@ class PerceiveStep(_Step):
 
 class SearchStep(_Step):
     op: Literal["search"] = "search"
-    query: str
+    query: str = Field(description="search text, or '$var' naming an earlier step's value")
 
 
 class BrowseStep(_Step):
@@ -245,6 +245,10 @@ class Trajectory(_Record):
     tokens: int = 0
     cost: float = 0.0
     latency_s: float = 0.0
+    accounting: dict[str, Any] = Field(
+        default_factory=dict, description="per-policy/backend/tool usage and timing figures of the run"
+    )
+    error: str | None = None
 
 
 class DecisionSample(_Record):

@@ -51,3 +51,22 @@ def test_failed_materialization_keeps_previous_output(tmp_path: Path) -> None:
     result = dg.materialize([seed_tasks], resources=resources, raise_on_error=False)
     assert not result.success
     assert out.read_bytes() == before
+
+
+def test_seed_tasks_materializes_the_world_by_default(tmp_path: Path) -> None:
+    params = _params_file(tmp_path)
+    data = yaml.safe_load(params.read_text())
+    assert data["seed"]["source"] == "world"
+    data["seed"]["world"].update(n_seeds=8, n_entities=30)
+    params.write_text(yaml.safe_dump(data))
+    result = dg.materialize([seed_tasks], resources={"params": ParamsResource(path=str(params))})
+    assert result.success
+    out = tmp_path / "data" / "seed_tasks"
+    tasks = json.loads((out / "tasks.json").read_text())
+    assert len(tasks) == 8
+    for task in tasks:
+        for media in task["omni_modal_input"]:
+            assert (out / "media" / media["path"]).is_file()
+    assert (out / "kb" / "pages.jsonl").is_file()
+    meta = result.asset_materializations_for_node("seed_tasks")[0].metadata
+    assert meta["media_files"].value >= 8

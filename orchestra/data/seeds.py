@@ -56,10 +56,12 @@ def build_seed_tasks(params: SeedParams, out_dir: Path) -> dict[str, Any]:
     """
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
+        extra: dict[str, Any] = {}
         if params.source == "world":
             from orchestra.world import generate_world
 
-            generate_world(params.world, tmp)
+            world = generate_world(params.world, tmp)
+            extra = {k: world[k] for k in ("seed", "entities", "pages", "media_files", "media_bytes")}
             tasks = read_tasks_json(tmp / TASKS_FILE)
         elif params.source == "omnigaia":
             tasks = read_tasks_json(omnigaia_metadata_path())
@@ -74,6 +76,6 @@ def build_seed_tasks(params: SeedParams, out_dir: Path) -> dict[str, Any]:
         if params.limit is not None:
             tasks = tasks[: params.limit]
         write_tasks_json(tmp / TASKS_FILE, tasks)
-        summary = {"source": params.source, "rows": len(tasks), "distribution": distribution(tasks)}
+        summary = {"source": params.source, "rows": len(tasks), **extra, "distribution": distribution(tasks)}
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
     return summary

@@ -1,0 +1,375 @@
+"""Perception facts: render one media file for a task and say what can be read from it, and how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestra.config import WorldParams
+from orchestra.errors import WorldError
+from orchestra.io import atomic_write_bytes
+from orchestra.world import audio, image
+from orchestra.world.kb import Entity, KnowledgeBase
+from orchestra.world.perception import perceive
+
+
+@dataclass
+class Media:
+    id: str
+    path: str  # relative to the media root
+    modality: str
+    truth: dict[str, Any]
+
+
+@dataclass
+class Fact:
+    """One value a perception step reads from one media file."""
+
+    media: Media
+    perception: str
+    args: dict[str, Any]
+    kind: str  # name | count | number | year
+    phrase: str  # noun phrase naming the value, e.g. "the number of beeps in the audio"
+    how: str  # annotated-solution wording, e.g. "Count the beeps in the audio"
+    intro: str = ""  # name facts: the sentence that introduces the entity
+    entity: Entity | None = None
+    value: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.value = perceive(self.media.truth, self.perception, self.args)
+
+
+_STEM_LETTERS = "bcdfghjkmnpqrstvwxz"
+
+
+def _a(phrase: str) -> str:
+    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
+
+
+class MediaWriter:
+    """Renders media for one world: opaque rng-drawn file names, files written atomically."""
+
+    def __init__(self, params: WorldParams, kb: KnowledgeBase, media_root: Path, speech: bool) -> None:
+        self.params, self.kb, self.root, self.speech = params, kb, Path(media_root), speech
+        self.records: list[dict[str, Any]] = []
+        self._names: set[str] = set()
+        self.task_id = ""
+
+    def _name(self, rng: np.random.Generator, folder: str, ext: str) -> str:
+        """An opaque file name: 12 rng-drawn consonants, so no number or (vowel-bearing) name fits in it."""
+        while True:
+            stem = "".join(_STEM_LETTERS[i] for i in rng.integers(0, len(_STEM_LETTERS), 12).tolist())
+            if stem not in self._names:
+                self._names.add(stem)
+                return f"{folder}/{stem}.{ext}"
+
+    def _record(self, rel: str, modality: str, truth: dict[str, Any]) -> Media:
+        media = Media(f"{modality}_{Path(rel).stem}", rel, modality, truth)
+        self.records.append(
+            {
+                "id": media.id,
+                "path": rel,
+                "modality": modality,
+                "kind": truth["kind"],
+                "task_id": self.task_id,
+                "facts": truth,
+            }
+        )
+        return media
+
+    def image(self, rng: np.random.Generator, img: Any, truth: dict[str, Any]) -> Media:
+        fmt = "jpg" if truth.get("jpeg_quality", 100) < 100 else "png"
+        rel = self._name(rng, "images", fmt)
+        data = image.image_bytes(img, fmt, quality=95)
+        atomic_write_bytes(self.root / rel, data)
+        return self._record(rel, "image", truth)
+
+    def audio(self, rng: np.random.Generator, samples: np.ndarray, truth: dict[str, Any]) -> Media:
+        rel = self._name(rng, "audios", "wav")
+        audio.save_wav(samples, self.root / rel)
+        return self._record(rel, "audio", truth)
+
+    def video(
+        self,
+        rng: np.random.Generator,
+        text_mode: str,
+        caption: str | None = None,
+        require: tuple[str, ...] = (),
+    ) -> Media:
+        from orchestra.world.video import render_video
+
+        p = self.params
+        rel = self._name(rng, "videos", "mp4")
+        truth = render_video(
+            rng,
+            p.noise.video,
+            self.root / rel,
+            size=tuple(p.video_size),
+            fps=p.video_fps,
+            seconds=p.video_seconds,
+            text_mode=text_mode,
+            caption=caption,
+            require=require,
+        )
+        return self._record(rel, "video", truth)
+
+    # --- name facts -------------------------------------------------------------------------------
+
+    def name_fact(self, rng: np.random.Generator, modality: str, e: Entity) -> Fact:
+        phrase = e.etype.phrase
+        if modality == "image":
+            text = e.name.upper() if rng.random() < 0.3 else e.name
+            m = self.image(rng, *image.render_sign(rng, text, self.params.noise.image))
+            return Fact(
+                m,
+                "read_text",
+                {},
+                "name",
+                "the name on the sign in the image",
+                "Read the sign in the image",
+                f"The sign in the image shows the name of {_a(phrase)}.",
+                e,
+            )
+        if modality == "audio":
+            m = self.audio(rng, *audio.render_morse(rng, e.name, self.params.noise.audio))
+            return Fact(
+                m,
+                "morse_text",
+                {},
+                "name",
+                "the word spelled in Morse code in the audio",
+                "Decode the Morse code in the audio",
+                f"The audio spells the name of {_a(phrase)} in Morse code.",
+                e,
+            )
+        if modality == "video":
+            m = self.video(rng, "caption", caption=e.name.upper())
+            return Fact(
+                m,
+                "caption_text",
+                {},
+                "name",
+                "the name in the caption of the video",
+                "Read the caption in the video",
+                f"The caption in the video shows the name of {_a(phrase)}.",
+                e,
+            )
+        raise WorldError(f"no name fact for modality {modality!r}")
+
+    # --- number facts -----------------------------------------------------------------------------
+
+    def number_facts(
+        self,
+        rng: np.random.Generator,
+        modality: str,
+        kind: str,
+        n: int = 1,
+        year: int | None = None,
+        category: str = "",
+    ) -> list[Fact]:
+        """``n`` facts of ``kind`` (count | number | year) from one new media file of ``modality``."""
+        noun = "year" if kind == "year" else "number"
+        value = year if year is not None else None
+        choices = _PRODUCERS[(modality, kind)]
+        if n > 1:
+            choices = [c for c in choices if c in ("shapes", "chart")]
+        if kind == "number" and not self.speech:
+            choices = [c for c in choices if c != "speech"]
+        if kind == "year" and not self.speech:
+            choices = [c for c in choices if c != "speech"]
+        if not choices:
+            raise WorldError(f"no producer for {n} {kind} fact(s) from {modality}")
+        how = choices[int(rng.integers(len(choices)))]
+        ni, na = self.params.noise.image, self.params.noise.audio
+        if how == "sign":
+            v = value if value is not None else int(rng.integers(10, 10000))
+            m = self.image(rng, *image.render_sign(rng, str(v), ni))
+            return [
+                Fact(
+                    m,
+                    "read_number",
+                    {},
+                    kind,
+                    f"the {noun} shown on the sign in the image",
+                    "Read the number on the sign in the image",
+                )
+            ]
+        if how == "shapes":
+            m = self.image(rng, *image.render_shapes(rng, ni, n_colors=max(3, n + 1)))
+            counts: dict[str, dict[str, int]] = m.truth["counts"]
+            colors = [c for c in counts]
+            picked = [colors[i] for i in rng.permutation(len(colors))[:n].tolist()]
+            facts = []
+            for c in picked:
+                shapes = sorted(counts[c])
+                if rng.random() < 0.4:
+                    s = shapes[int(rng.integers(len(shapes)))]
+                    facts.append(
+                        Fact(
+                            m,
+                            "count_shapes",
+                            {"color": c, "shape": s},
+                            kind,
+                            f"the number of {c} {s}s in the image",
+                            f"Count the {c} {s}s in the image",
+                        )
+                    )
+                else:
+                    facts.append(
+                        Fact(
+                            m,
+                            "count_shapes",
+                            {"color": c},
+                            kind,
+                            f"the number of {c} shapes in the image",
+                            f"Count the {c} shapes in the image",
+                        )
+                    )
+            return facts
+        if how == "chart":
+            chart = "bar" if rng.random() < 0.6 else "line"
+            labels = self._chart_labels(rng, category) if chart == "bar" else None
+            m = self.image(rng, *image.render_chart(rng, ni, chart, labels=labels))
+            picked = [m.truth["labels"][i] for i in rng.permutation(len(m.truth["labels"]))[:n].tolist()]
+            return [
+                Fact(
+                    m,
+                    "chart_value",
+                    {"label": lab},
+                    kind,
+                    f"the value shown for {lab} in the {chart} chart",
+                    f"Read the value for {lab} in the {chart} chart",
+                )
+                for lab in picked
+            ]
+        if how == "dtmf":
+            v = value if value is not None else int(rng.integers(100, 100000))
+            m = self.audio(rng, *audio.render_dtmf(rng, str(v), na))
+            return [
+                Fact(
+                    m,
+                    "dtmf_number",
+                    {},
+                    kind,
+                    f"the {noun} dialled with keypad (DTMF) tones in the audio",
+                    "Decode the keypad (DTMF) tones in the audio",
+                )
+            ]
+        if how == "morse":
+            v = value if value is not None else int(rng.integers(10, 1000))
+            m = self.audio(rng, *audio.render_morse(rng, str(v), na))
+            return [
+                Fact(
+                    m,
+                    "morse_number",
+                    {},
+                    kind,
+                    f"the {noun} spelled in Morse code in the audio",
+                    "Decode the Morse code in the audio",
+                )
+            ]
+        if how == "speech":
+            v = value if value is not None else int(rng.integers(10, 1000))
+            m = self.audio(rng, *audio.render_speech(rng, str(v), na))
+            return [
+                Fact(m, "speech_number", {}, kind, f"the {noun} spoken in the audio", "Transcribe the speech")
+            ]
+        if how == "beeps":
+            m = self.audio(rng, *audio.render_beeps(rng, na))
+            return [
+                Fact(
+                    m,
+                    "count_beeps",
+                    {},
+                    kind,
+                    "the number of beeps in the audio",
+                    "Count the beeps in the audio",
+                )
+            ]
+        if how == "pitch":
+            m = self.audio(rng, *audio.render_beeps(rng, na))
+            return [
+                Fact(
+                    m,
+                    "beep_pitch",
+                    {},
+                    kind,
+                    "the pitch of the beeps in the audio in Hz (a multiple of 100)",
+                    "Measure the pitch of the beeps in the audio",
+                )
+            ]
+        if how == "caption":
+            v = value if value is not None else int(rng.integers(10, 10000))
+            m = self.video(rng, "caption", caption=str(v))
+            return [
+                Fact(
+                    m,
+                    "caption_number",
+                    {},
+                    kind,
+                    f"the {noun} shown in the caption of the video",
+                    "Read the caption in the video",
+                )
+            ]
+        if how == "score":
+            m = self.video(rng, "scoreboard")
+            return [
+                Fact(
+                    m,
+                    "final_score_total",
+                    {},
+                    kind,
+                    "the total number of points on the scoreboard at the end of the video",
+                    "Read the final scoreboard in the video and add both scores",
+                )
+            ]
+        if how == "appear":
+            m = self.video(rng, "none", require=("appear",))
+            return [
+                Fact(
+                    m,
+                    "count_appearances",
+                    {},
+                    kind,
+                    "the number of objects that appear after the video starts",
+                    "Count the objects that appear during the video",
+                )
+            ]
+        if how == "change":
+            m = self.video(rng, "none", require=("color_change",))
+            objs = sorted({e["object"] for e in m.truth["events"] if e["kind"] == "color_change"})
+            o = objs[int(rng.integers(len(objs)))]
+            return [
+                Fact(
+                    m,
+                    "color_change_second",
+                    {"object": o},
+                    kind,
+                    f"the time in seconds (from the start) at which the {o} in the video changes colour",
+                    f"Find when the {o} in the video changes colour",
+                )
+            ]
+        raise WorldError(f"unknown producer {how!r}")  # pragma: no cover - _PRODUCERS lists known ones
+
+    def _chart_labels(self, rng: np.random.Generator, category: str) -> list[str] | None:
+        names = sorted(e.name for e in self.kb.subjects(category) if " " not in e.name and len(e.name) <= 7)
+        n = int(rng.integers(4, 6))
+        if len(names) < n:
+            return None
+        return [names[i] for i in rng.choice(len(names), size=n, replace=False).tolist()]
+
+
+_PRODUCERS: dict[tuple[str, str], list[str]] = {
+    ("image", "count"): ["shapes"],
+    ("image", "number"): ["chart", "sign"],
+    ("image", "year"): ["sign"],
+    ("audio", "count"): ["beeps"],
+    ("audio", "number"): ["dtmf", "morse", "pitch", "speech"],
+    ("audio", "year"): ["dtmf", "morse", "speech"],
+    ("video", "count"): ["score", "appear", "change"],
+    ("video", "number"): ["caption"],
+    ("video", "year"): ["caption"],
+}
