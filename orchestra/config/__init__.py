@@ -1,0 +1,177 @@
+"""Params: the pydantic model of params.yaml, and a loader that turns failures into one clear error.
+
+The sections live in ``common`` (base class, vocabularies), ``stages`` (pipeline stages) and
+``runtime`` (agent and tools); everything is re-exported here, so ``from orchestra.config import X``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from orchestra.config.common import (
+    CATEGORIES,
+    LEVELS,
+    REWRITE_STRATEGIES,
+    SKILLS,
+    Fraction,
+    Seed,
+    _Section,
+)
+from orchestra.config.runtime import (
+    AgentParams,
+    BackendSpec,
+    BrowserToolParams,
+    LatencySpec,
+    PriceSpec,
+    SandboxToolParams,
+    SearchToolParams,
+    ToolParams,
+)
+from orchestra.config.stages import (
+    AnchorParams,
+    DAGRPOParams,
+    DecisionParams,
+    EvalParams,
+    GRPOParams,
+    NoiseParams,
+    PathsParams,
+    PolicyInit,
+    ProviderSpec,
+    RewriteParams,
+    RubricWeights,
+    SeedParams,
+    SFTParams,
+    TaskMix,
+    TrackingParams,
+    TrainParams,
+    VerifyParams,
+    WorldParams,
+)
+from orchestra.errors import ConfigError
+
+__all__ = [
+    "CATEGORIES",
+    "LEVELS",
+    "REWRITE_STRATEGIES",
+    "SKILLS",
+    "AgentParams",
+    "AnchorParams",
+    "BackendSpec",
+    "BrowserToolParams",
+    "DAGRPOParams",
+    "DecisionParams",
+    "EvalParams",
+    "Fraction",
+    "GRPOParams",
+    "LatencySpec",
+    "NoiseParams",
+    "Params",
+    "PathsParams",
+    "PolicyInit",
+    "PriceSpec",
+    "ProviderSpec",
+    "RewriteParams",
+    "RubricWeights",
+    "SandboxToolParams",
+    "SearchToolParams",
+    "Seed",
+    "SeedParams",
+    "SFTParams",
+    "TaskMix",
+    "ToolParams",
+    "TrackingParams",
+    "TrainParams",
+    "VerifyParams",
+    "WorldParams",
+    "data_root",
+    "load_params",
+    "parse_params",
+]
+
+
+def _default_providers() -> dict[str, ProviderSpec]:
+    return {"builtin": ProviderSpec()}
+
+
+class Params(_Section):
+    """The whole of params.yaml."""
+
+    paths: PathsParams = PathsParams()
+    seed: SeedParams = SeedParams()
+    anchors: AnchorParams = AnchorParams()
+    rewrite: RewriteParams = RewriteParams()
+    verify: VerifyParams = VerifyParams()
+    decisions: DecisionParams = DecisionParams()
+    train: TrainParams = TrainParams()
+    eval: EvalParams = EvalParams()
+    tracking: TrackingParams = TrackingParams()
+    agent: AgentParams = AgentParams()
+    tools: ToolParams = ToolParams()
+    providers: dict[str, ProviderSpec] = Field(default_factory=_default_providers)
+
+    @model_validator(mode="after")
+    def _providers_exist(self) -> Params:
+        refs = {
+            "anchors.provider": self.anchors.provider,
+            "rewrite.provider": self.rewrite.provider,
+            "verify.judge_provider": self.verify.judge_provider,
+            "train.dagrpo.reward_provider": self.train.dagrpo.reward_provider,
+            "eval.judge_provider": self.eval.judge_provider,
+        }
+        for name, spec in self.agent.backends.items():
+            if spec.provider is not None:
+                refs[f"agent.backends.{name}.provider"] = spec.provider
+        if self.train.policy.provider != "tiny":
+            refs["train.policy.provider"] = self.train.policy.provider
+        for key, name in refs.items():
+            if name is not None and name not in self.providers:
+                raise ValueError(f"{key} = {name!r} is not a key of providers {sorted(self.providers)}")
+        return self
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unknown key (misspelled?)"
+    msg = err["msg"].removeprefix("Value error, ")
+    ctx = err.get("ctx") or {}
+    bound = [f"{k} {v}" for k, v in ctx.items() if k in ("ge", "gt", "le", "lt", "min_length", "max_length")]
+    if "expected" in ctx:
+        bound.append(f"allowed: {ctx['expected']}")
+    return f"{loc}: {msg}" + (f" ({', '.join(bound)})" if bound and "allowed" not in msg else "")
+
+
+def parse_params(data: Any, origin: str = "params") -> Params:
+    """Validate already-loaded YAML data; one ConfigError lists every problem by key path."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Params.model_validate(data)
+    except ValidationError as e:
+        lines = "\n".join(f"  - {_describe(err)}" for err in e.errors())
+        raise ConfigError(f"{origin}: invalid params:\n{lines}") from e
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Load and validate a params file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read params file: {e.strerror or e}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    return parse_params(data, str(path))
+
+
+def data_root(params_path: str | Path, params: Params) -> Path:
+    """The data folder: ``paths.data_dir`` resolved against the params file's folder."""
+    return (Path(params_path).resolve().parent / params.paths.data_dir).resolve()

@@ -1,0 +1,178 @@
+"""Params sections of the runtime: the backend pool and orchestrator limits (agent), and the action tools."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from orchestra.config.common import SKILLS, Fraction, _Section
+
+
+class PriceSpec(_Section):
+    """What one call costs (price table entry; USD or any consistent unit)."""
+
+    per_call: float = Field(0.0, ge=0, description="flat price per call")
+    per_1k_input_tokens: float = Field(0.0, ge=0, description="price per 1000 prompt tokens")
+    per_1k_output_tokens: float = Field(0.0, ge=0, description="price per 1000 completion tokens")
+
+
+class LatencySpec(_Section):
+    """Expected wall time of one call: base + per_1k_tokens * tokens / 1000."""
+
+    base_s: float = Field(0.0, ge=0, le=3600, description="fixed seconds per call")
+    per_1k_tokens_s: float = Field(0.0, ge=0, le=3600, description="seconds per 1000 tokens processed")
+
+
+def _check_skills(skills: dict[str, float], where: str) -> None:
+    unknown = sorted(set(skills) - set(SKILLS))
+    if unknown:
+        raise ValueError(f"{where}: unknown skills {unknown}; allowed: {list(SKILLS)}")
+
+
+class BackendSpec(_Section):
+    """One sub-agent backend of the pool B: its kind, skill vector, price and latency profile."""
+
+    kind: Literal["builtin", "openai", "transformers"] = Field(
+        "builtin", description="builtin = expert running real tool programs; openai/transformers = an LM"
+    )
+    provider: str | None = Field(None, description="openai/transformers: a key of `providers`")
+    description: str = Field("", description="one line shown to the orchestrator")
+    skills: dict[str, Fraction] = Field(min_length=1, description="skill -> proficiency in [0, 1]")
+    price: PriceSpec = PriceSpec()
+    latency: LatencySpec = LatencySpec()
+
+    @model_validator(mode="after")
+    def _valid(self) -> BackendSpec:
+        _check_skills(self.skills, "skills")
+        if self.kind != "builtin" and not self.provider:
+            raise ValueError(f"kind '{self.kind}' needs provider (a key of `providers`)")
+        return self
+
+
+def _expert(description: str, price: float, base_s: float, skills: dict[str, float]) -> BackendSpec:
+    return BackendSpec(
+        description=description,
+        skills=skills,
+        price=PriceSpec(per_call=price),
+        latency=LatencySpec(base_s=base_s, per_1k_tokens_s=0.05),
+    )
+
+
+def _default_backends() -> dict[str, BackendSpec]:
+    """The embedded expert pool: builtin experts with different skill profiles (Maestro-style)."""
+    everything = {s: 0.5 for s in SKILLS} | {"search": 0.6, "browse": 0.6, "code": 0.6, "reasoning": 0.8}
+    return {
+        "vision_expert": _expert(
+            "reads images: text, shapes, charts",
+            0.002,
+            0.5,
+            {"ocr": 0.9, "counting": 0.85, "chart": 0.8, "reasoning": 0.3},
+        ),
+        "audio_expert": _expert(
+            "listens: tones, DTMF, Morse, speech",
+            0.002,
+            0.5,
+            {"audio_signal": 0.9, "speech": 0.8, "reasoning": 0.2},
+        ),
+        "video_expert": _expert(
+            "watches video: events over time, its audio track",
+            0.004,
+            1.0,
+            {"video_temporal": 0.9, "counting": 0.6, "audio_signal": 0.6, "ocr": 0.4},
+        ),
+        "web_expert": _expert(
+            "searches and browses the knowledge base",
+            0.001,
+            0.3,
+            {"search": 0.9, "browse": 0.9, "reasoning": 0.4},
+        ),
+        "code_expert": _expert(
+            "computes in a Python sandbox", 0.001, 0.2, {"code": 0.95, "reasoning": 0.7, "chart": 0.2}
+        ),
+        "generalist": _expert("a bit of everything, slower and dearer", 0.01, 2.0, everything),
+    }
+
+
+class AgentParams(_Section):
+    """The orchestrator: backend pool, price table, scheduler limits, memory and stopping rule."""
+
+    backends: dict[str, BackendSpec] = Field(
+        default_factory=_default_backends, min_length=1, description="the backend pool B, by name"
+    )
+    tool_prices: dict[str, PriceSpec] = Field(
+        default_factory=dict, description="price table for tools by name (unlisted: the tool's own)"
+    )
+    tool_skills: dict[str, dict[str, Fraction]] = Field(
+        default_factory=dict, description="skill profile per tool name, overriding the tool's own"
+    )
+    policy_price: PriceSpec = Field(PriceSpec(), description="price of one orchestrator (policy) call")
+    max_parallel: int = Field(4, ge=1, le=256, description="sub-tasks running at once (1 = linear)")
+    cost_budget: float | None = Field(
+        None, gt=0, description="estimated sub-task cost allowed per task run; null = unlimited"
+    )
+    max_retries: int = Field(1, ge=0, le=10, description="extra attempts for a failed or timed-out sub-task")
+    subagent_max_steps: int = Field(6, ge=1, le=64, description="ReAct steps per sub-agent")
+    subagent_timeout_s: float = Field(30.0, gt=0, le=3600, description="wall time per sub-task attempt")
+    sufficiency_threshold: Fraction = Field(
+        0.8, description="evidence-sufficiency score at which the loop stops (memory.sufficiency)"
+    )
+    evidence_tokens: int = Field(
+        512, ge=16, le=131072, description="token budget of the compressed evidence context c_t"
+    )
+    cost_weight: float = Field(0.3, ge=0, le=10, description="lambda: cost penalty in backend selection")
+    latency_weight: float = Field(0.1, ge=0, le=10, description="mu: latency penalty in backend selection")
+    max_tools: int = Field(3, ge=1, le=32, description="tools per sub-task chosen by the sparse cover")
+    redundancy_penalty: Fraction = Field(0.5, description="rho: penalty on a tool re-covering covered demand")
+
+    @model_validator(mode="after")
+    def _valid(self) -> AgentParams:
+        for name, profile in self.tool_skills.items():
+            _check_skills(profile, f"tool_skills.{name}")
+        return self
+
+
+class SearchToolParams(_Section):
+    """web_search: where results come from."""
+
+    backend: Literal["local", "brave"] = Field(
+        "local", description="local = SQLite FTS5/BM25 over the world's pages; brave = Brave Search API"
+    )
+    api_key_env: str = Field("BRAVE_SEARCH_API_KEY", description="brave: environment variable with the key")
+    endpoint: str = Field("https://api.search.brave.com/res/v1/web/search", description="brave: API URL")
+    timeout_s: float = Field(10.0, gt=0, le=120)
+    default_k: int = Field(5, ge=1, le=20, description="results per query when the caller gives no k")
+
+
+class BrowserToolParams(_Section):
+    """page_browser: live fetching is off by default; the world's pages are always readable."""
+
+    allow_http: bool = Field(False, description="fetch real http(s) pages (allowlisted public hosts only)")
+    allow_hosts: list[str] = Field(default_factory=list, description="host names (and their subdomains)")
+    max_bytes: int = Field(2_000_000, ge=1024, le=100_000_000, description="cap on a fetched page's size")
+    timeout_s: float = Field(10.0, gt=0, le=120, description="cap on one fetch, redirects included")
+    max_chars: int = Field(6000, ge=200, le=200_000, description="characters of page text per call")
+
+
+class SandboxToolParams(_Section):
+    """code_executor: limits of one snippet run (a fresh confined process each time)."""
+
+    cpu_s: float = Field(5.0, gt=0, le=600, description="CPU seconds (rounded up to whole seconds)")
+    wall_s: float = Field(10.0, gt=0, le=3600, description="wall-clock seconds")
+    mem_mb: int = Field(512, ge=64, le=65536, description="address-space limit per process")
+    max_output: int = Field(20_000, ge=100, le=10_000_000, description="bytes of stdout/stderr kept")
+    max_procs: int = Field(32, ge=1, le=4096, description="RLIMIT_NPROC of the sandbox user")
+    disk_mb: int = Field(64, ge=1, le=65536, description="size of the private temp folder / largest file")
+    pool_size: int = Field(2, ge=0, le=32, description="workers kept started ahead of calls")
+    uid: int = Field(65534, ge=1, le=2**31 - 1, description="user the sandbox runs as when started by root")
+    gid: int = Field(65534, ge=1, le=2**31 - 1)
+    namespaces: bool = Field(True, description="use pid/net/mount (and user) namespaces if the kernel allows")
+    require_landlock: bool = Field(True, description="refuse to run when Landlock cannot confine file writes")
+
+
+class ToolParams(_Section):
+    """Configuration of the action tools (perception tools need none)."""
+
+    search: SearchToolParams = SearchToolParams()
+    browser: BrowserToolParams = BrowserToolParams()
+    sandbox: SandboxToolParams = SandboxToolParams()

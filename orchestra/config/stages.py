@@ -1,0 +1,224 @@
+"""Params sections of the pipeline stages: providers, paths, seed world, synthesis, training, eval."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from orchestra.config.common import CATEGORIES, LEVELS, REWRITE_STRATEGIES, Fraction, Seed, _Section
+
+
+class ProviderSpec(_Section):
+    """Where a component gets its model from (DESIGN.md, Model providers)."""
+
+    kind: Literal["builtin", "openai", "transformers", "vllm"] = Field(
+        "builtin", description="builtin = embedded default (no network, no weights)"
+    )
+    model: str | None = Field(None, description="model name (openai/vllm) or model directory (transformers)")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"
+    )
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the API key")
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    max_retries: int = Field(2, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _needs(self) -> ProviderSpec:
+        if self.kind == "openai" and not (self.base_url and self.model):
+            raise ValueError("kind 'openai' needs base_url and model")
+        if self.kind in ("transformers", "vllm") and not self.model:
+            raise ValueError(f"kind '{self.kind}' needs model (a model directory or name)")
+        return self
+
+
+class PathsParams(_Section):
+    data_dir: str = Field(
+        "data", description="where every asset writes data/<asset>/ (relative to params.yaml)"
+    )
+
+
+class TaskMix(_Section):
+    """Relative weights of the seed task types the world generates."""
+
+    image: float = Field(0.15, ge=0)
+    audio: float = Field(0.10, ge=0)
+    image_audio: float = Field(0.40, ge=0, description='"image + audio" tasks')
+    video_audio: float = Field(0.35, ge=0, description='"video w/ audio" tasks')
+
+    @model_validator(mode="after")
+    def _positive(self) -> TaskMix:
+        if self.image + self.audio + self.image_audio + self.video_audio <= 0:
+            raise ValueError("at least one task type needs a positive weight")
+        return self
+
+
+class NoiseParams(_Section):
+    image: Fraction = Field(0.3, description="0 = clean renders, 1 = heavy blur/rotation/JPEG noise")
+    audio: Fraction = Field(0.1, description="relative noise amplitude added to audio")
+    video: Fraction = Field(0.2, description="frame noise level")
+
+
+class WorldParams(_Section):
+    seed: Seed = 7
+    n_entities: int = Field(300, ge=20, le=20000)
+    n_seeds: int = Field(300, ge=1, le=20000)
+    distractors_per_entity: Fraction = Field(0.3, description="share of entities with a near-namesake page")
+    categories: list[str] = Field(default_factory=lambda: list(CATEGORIES), min_length=1)
+    task_mix: TaskMix = TaskMix()
+    noise: NoiseParams = NoiseParams()
+    speech: bool = Field(False, description="add espeak-ng speech as an extra audio channel when available")
+    video_seconds: float = Field(4.0, gt=0.5, le=60)
+    video_fps: int = Field(8, ge=1, le=60)
+    video_size: tuple[int, int] = (192, 144)
+
+    @model_validator(mode="after")
+    def _known_categories(self) -> WorldParams:
+        unknown = [c for c in self.categories if c not in CATEGORIES]
+        if unknown:
+            raise ValueError(f"unknown categories {unknown}; allowed: {list(CATEGORIES)}")
+        return self
+
+
+class SeedParams(_Section):
+    source: Literal["world", "omnigaia", "omnigaia_file"] = Field(
+        "world", description="world = procedural offline world; omnigaia = the shipped OmniGAIA metadata"
+    )
+    path: str | None = Field(
+        None, description="omnigaia_file: an OmniGAIA-format JSON file (media beside it)"
+    )
+    limit: int | None = Field(None, ge=1, description="keep only the first N seed tasks")
+    world: WorldParams = WorldParams()
+
+    @model_validator(mode="after")
+    def _source_inputs(self) -> SeedParams:
+        if self.source == "omnigaia_file" and not self.path:
+            raise ValueError("source 'omnigaia_file' needs seed.path")
+        return self
+
+
+class AnchorParams(_Section):
+    provider: str = Field("builtin", description="a key of `providers`")
+    max_facts: int = Field(8, ge=1, le=64)
+
+
+class RewriteParams(_Section):
+    provider: str = "builtin"
+    per_seed: int = Field(5, ge=1, le=50)
+    strategies: list[str] = Field(default_factory=lambda: list(REWRITE_STRATEGIES), min_length=1)
+    levels: list[str] = Field(default_factory=lambda: list(LEVELS), min_length=1)
+    seed: Seed = 11
+
+    @model_validator(mode="after")
+    def _known(self) -> RewriteParams:
+        bad = [s for s in self.strategies if s not in REWRITE_STRATEGIES]
+        if bad:
+            raise ValueError(f"unknown strategies {bad}; allowed: {list(REWRITE_STRATEGIES)}")
+        bad = [lv for lv in self.levels if lv not in LEVELS]
+        if bad:
+            raise ValueError(f"unknown levels {bad}; allowed: {list(LEVELS)}")
+        return self
+
+
+class VerifyParams(_Section):
+    judge_provider: str = "builtin"
+    min_anchor_coverage: Fraction = 1.0
+    max_lexical_similarity: Fraction = 0.85
+    modality_bypass: bool = True
+    sandbox_timeout_s: float = Field(5.0, gt=0, le=120)
+
+
+class DecisionParams(_Section):
+    split: dict[Literal["train", "val", "test"], Fraction] = Field(
+        default_factory=lambda: {"train": 0.8, "val": 0.1, "test": 0.1}
+    )
+    max_context_tokens: int = Field(2048, ge=128, le=131072)
+    seed: Seed = 13
+
+    @model_validator(mode="after")
+    def _sums(self) -> DecisionParams:
+        if abs(sum(self.split.values()) - 1.0) > 1e-6:
+            raise ValueError(f"split fractions must sum to 1, got {sum(self.split.values())}")
+        return self
+
+
+class PolicyInit(_Section):
+    provider: str = Field(
+        "tiny", description="'tiny' = a small policy built from scratch, or a key of `providers`"
+    )
+    hidden_size: int = Field(128, ge=16, le=8192)
+    layers: int = Field(2, ge=1, le=64)
+    heads: int = Field(4, ge=1, le=64)
+    max_length: int = Field(1024, ge=64, le=131072)
+
+
+class SFTParams(_Section):
+    epochs: float = Field(1.0, gt=0, le=100)
+    learning_rate: float = Field(5e-4, gt=0, le=1)
+    batch_size: int = Field(8, ge=1, le=1024)
+    max_steps: int = Field(-1, ge=-1)
+
+
+class GRPOParams(_Section):
+    learning_rate: float = Field(1e-5, gt=0, le=1)
+    num_generations: int = Field(4, ge=2, le=64)
+    steps_per_generation: int = Field(1, ge=1, le=64)
+    per_device_batch_size: int = Field(4, ge=1, le=1024)
+    beta: float = Field(0.04, ge=0, le=10, description="KL weight to the reference policy (TRL default is 0)")
+    epsilon: float = Field(0.2, gt=0, le=1, description="PPO-style clip range")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
+    max_steps: int = Field(50, ge=1)
+    max_completion_length: int = Field(256, ge=8, le=32768)
+    temperature: float = Field(1.0, gt=0, le=5)
+
+    @model_validator(mode="after")
+    def _divides(self) -> GRPOParams:
+        if (self.per_device_batch_size * self.steps_per_generation) % self.num_generations:
+            raise ValueError(
+                "per_device_batch_size * steps_per_generation must be a multiple of num_generations"
+            )
+        return self
+
+
+class RubricWeights(_Section):
+    format: float = Field(1.0, ge=0)
+    validity: float = Field(1.0, ge=0)
+    tools: float = Field(1.0, ge=0)
+    decision: float = Field(2.0, ge=0)
+
+
+class DAGRPOParams(GRPOParams):
+    reward_provider: str = "builtin"
+    rubric: RubricWeights = RubricWeights()
+
+
+class TrainParams(_Section):
+    seed: Seed = 17
+    policy: PolicyInit = PolicyInit()
+    sft: SFTParams = SFTParams()
+    grpo: GRPOParams = GRPOParams()
+    dagrpo: DAGRPOParams = DAGRPOParams()
+
+
+class EvalParams(_Section):
+    systems: list[Literal["orchestra", "linear", "react", "maestro"]] = Field(
+        default_factory=lambda: ["orchestra", "linear", "react", "maestro"], min_length=1
+    )
+    judge_provider: str | None = Field(None, description="optional LLM judge on top of exact match")
+    sc_k: int = Field(1, ge=1, le=64, description="Maestro self-consistency samples")
+    max_parallel: int = Field(4, ge=1, le=256)
+    max_turns: int = Field(8, ge=1, le=64)
+
+
+class TrackingParams(_Section):
+    mlflow_uri: str = Field(
+        "sqlite:///mlflow.db", description="MLflow 3.17 needs a database URI, not a folder"
+    )
+    experiment: str = "orchestra"
+
+    @model_validator(mode="after")
+    def _not_file_store(self) -> TrackingParams:
+        uri = self.mlflow_uri
+        if "://" not in uri or uri.startswith("file:"):
+            raise ValueError(f"mlflow_uri {uri!r}: use a database or server URI such as sqlite:///mlflow.db")
+        return self
