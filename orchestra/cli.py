@@ -9,12 +9,14 @@ import typer
 from rich.console import Console
 
 from orchestra.errors import OrchestraError
+from orchestra.tools.cli import app as tools_app
 from orchestra.world.cli import app as world_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Omni-modal agent orchestration pipeline.")
 params_app = typer.Typer(no_args_is_help=True, help="Inspect and check params.yaml.")
 app.add_typer(params_app, name="params")
 app.add_typer(world_app, name="world", help="Generate and replay the procedural omni-modal world.")
+app.add_typer(tools_app, name="tools", help="List the tools and run one on a file.")
 
 err = Console(stderr=True)
 

@@ -1,0 +1,280 @@
+"""Accuracy of the perception tools (and web search recall@5) against the world's ground truth.
+
+Usage: python bench/tools_accuracy.py [--n 200] [--seed 9301] [--workers 2] [--only ocr_name,dtmf,...]
+
+Every item is fresh: rendered by the world's renderers (orchestra.world.image/audio/video) from a
+bench-only seed at the default noise of params (WorldParams().noise), saved to a temporary folder, and
+read back by the tool through the file alone. Only this bench compares with the truth. Prints one row
+per measure (n, accuracy, target, pass/miss, median tool latency), examples of misses, and a final
+RESULT line; exits 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestra.config import WorldParams
+
+NOISE = WorldParams().noise
+# measure -> (target accuracy, what is counted)
+TARGETS: dict[str, tuple[float, str]] = {
+    "ocr_name": (0.95, "sign with a name, text exact"),
+    "ocr_number": (0.95, "sign with a number, text exact"),
+    "shape_counts": (0.95, "image: every colour x shape count exact"),
+    "chart_values": (0.90, "chart value within 2 %"),
+    "dtmf": (0.99, "digit string exact"),
+    "morse": (0.95, "text exact (names and numbers)"),
+    "beep_count": (0.98, "beep count exact"),
+    "video_events": (0.90, "event kind + object shape, time within 0.5 s"),
+    "search_recall5": (0.98, "entity URL in top 5 for its name"),
+}
+EXTRA = {
+    "beep_pitch": "pitch within 1 %",
+    "video_text": "timeline texts exact (spaces ignored), times +-0.5 s",
+    "chart_labels": "every category label exact",
+}
+
+
+def _name(rng: np.random.Generator) -> str:
+    from orchestra.world.names import make_word
+
+    name = make_word(rng) if rng.random() < 0.5 else f"{make_word(rng, 2, 2, 6)} {make_word(rng, 2, 3, 8)}"
+    return name.upper() if rng.random() < 0.3 else name
+
+
+def _image(img: Any, folder: Path, i: int, rng: np.random.Generator) -> Path:
+    from orchestra.world.image import save_jpeg, save_png
+
+    if rng.random() < 0.5:
+        path = folder / f"{i}.png"
+        save_png(img, path)
+    else:
+        path = folder / f"{i}.jpg"
+        save_jpeg(img, path)
+    return path
+
+
+def _wav(x: np.ndarray, folder: Path, i: int) -> Path:
+    from orchestra.world.audio import save_wav
+
+    path = folder / f"{i}.wav"
+    save_wav(x, path)
+    return path
+
+
+def run_item(measure: str, seed: int, i: int, folder: str) -> list[dict[str, Any]]:
+    """Render item ``i`` of ``measure``, run the tool on the saved file, score it. One or more rows."""
+    from orchestra.tools import audio as A
+    from orchestra.tools import image as I
+    from orchestra.tools import video as V
+    from orchestra.world import audio, image, video
+
+    rng = np.random.default_rng([seed, list(TARGETS).index(measure), i])
+    d = Path(folder)
+    if measure in ("ocr_name", "ocr_number"):
+        text = _name(rng) if measure == "ocr_name" else str(int(rng.integers(10, 10000)))
+        img, _ = image.render_sign(rng, text, NOISE.image)
+        obs = I.ImageOCR()(path=str(_image(img, d, i, rng)))
+        got = obs.data.get("text", "").strip()
+        return [{"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}]
+    if measure == "shape_counts":
+        img, truth = image.render_shapes(rng, NOISE.image)
+        obs = I.ImageCountObjects()(path=str(_image(img, d, i, rng)))
+        got = obs.data.get("counts", {})
+        return [
+            {
+                "m": measure,
+                "ok": got == truth["counts"],
+                "lat": obs.latency_s,
+                "ex": f"truth {truth['counts']} got {got}",
+            }
+        ]
+    if measure == "chart_values":
+        from orchestra.world.names import make_word
+
+        kind = "bar" if i % 2 == 0 else "line"
+        labels = [make_word(rng, 2, 3, 7) for _ in range(int(rng.integers(4, 6)))] if kind == "bar" else None
+        if labels and len(set(labels)) < len(labels):
+            labels = None
+        img, truth = image.render_chart(rng, NOISE.image, kind, labels=labels)
+        obs = I.ImageReadChart()(path=str(_image(img, d, i, rng)))
+        vals, labs = obs.data.get("values", []), obs.data.get("labels", [])
+        rows = []
+        for k, tv in enumerate(truth["values"]):
+            v = vals[k] if len(vals) == len(truth["values"]) else None
+            rows.append(
+                {
+                    "m": measure,
+                    "ok": v is not None and abs(v - tv) <= 0.02 * abs(tv),
+                    "lat": obs.latency_s if k == 0 else None,
+                    "ex": f"{kind} {truth['labels'][k]}={tv} -> {v} ({obs.error or ''})",
+                }
+            )
+        rows.append(
+            {
+                "m": "chart_labels",
+                "ok": labs == truth["labels"],
+                "lat": None,
+                "ex": f"{truth['labels']} -> {labs}",
+            }
+        )
+        return rows
+    if measure == "dtmf":
+        digits = str(int(rng.integers(100, 100000)))
+        x, _ = audio.render_dtmf(rng, digits, NOISE.audio)
+        obs = A.AudioDTMF()(path=str(_wav(x, d, i)))
+        got = obs.data.get("digits", "")
+        return [{"m": measure, "ok": got == digits, "lat": obs.latency_s, "ex": f"{digits} -> {got}"}]
+    if measure == "morse":
+        text = _name(rng).upper() if i % 2 == 0 else str(int(rng.integers(10, 1000)))
+        x, _ = audio.render_morse(rng, text, NOISE.audio)
+        obs = A.AudioMorse()(path=str(_wav(x, d, i)))
+        got = obs.data.get("text", "")
+        return [{"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}]
+    if measure == "beep_count":
+        x, truth = audio.render_beeps(rng, NOISE.audio)
+        obs = A.AudioTones()(path=str(_wav(x, d, i)))
+        tones = obs.data.get("tones", [])
+        pitch = statistics.median([t["freq_hz"] for t in tones]) if tones else 0.0
+        return [
+            {
+                "m": measure,
+                "ok": obs.data.get("count") == truth["count"],
+                "lat": obs.latency_s,
+                "ex": f"{truth['count']} -> {obs.data.get('count')}",
+            },
+            {
+                "m": "beep_pitch",
+                "ok": abs(pitch - truth["freq_hz"]) <= 0.01 * truth["freq_hz"],
+                "lat": None,
+                "ex": f"{truth['freq_hz']} Hz -> {pitch:.1f} Hz",
+            },
+        ]
+    if measure == "video_events":
+        mode = ("caption", "scoreboard", "none")[i % 3]
+        path = d / f"{i}.mp4"
+        truth = video.render_video(rng, NOISE.video, path, text_mode=mode, caption=_name(rng).upper())
+        obs = V.VideoEvents()(path=str(path))
+        got = obs.data.get("events", [])
+        seen = [(g["kind"], g["object"], g["t"]) for g in got]
+        rows = []
+        for e in truth["events"]:
+            kind = "colour_change" if e["kind"] == "color_change" else e["kind"]
+            hit = any(
+                g["kind"] == kind and g["object"].split("#")[0] == e["object"] and abs(g["t"] - e["t"]) <= 0.5
+                for g in got
+            )
+            rows.append(
+                {
+                    "m": measure,
+                    "ok": hit,
+                    "lat": obs.latency_s if not rows else None,
+                    "ex": f"{e['kind']} {e['object']} @{e['t']} -> {seen}",
+                }
+            )
+        tobs = V.VideoText()(path=str(path))
+        tl = [(t["text"].replace(" ", ""), t["t_start"], t["t_end"]) for t in tobs.data.get("timeline", [])]
+        tt = [(t["text"].replace(" ", ""), t["t_start"], t["t_end"]) for t in truth["text"]]
+        ok = len(tl) == len(tt) and all(
+            a[0] == b[0] and abs(a[1] - b[1]) <= 0.5 and abs(a[2] - b[2]) <= 0.5
+            for a, b in zip(tl, tt, strict=False)
+        )
+        rows.append({"m": "video_text", "ok": ok, "lat": tobs.latency_s, "ex": f"{tt} -> {tl}"})
+        return rows
+    raise ValueError(f"unknown measure {measure!r}")
+
+
+def search_rows(seed: int, n: int) -> list[dict[str, Any]]:
+    """Recall@5 of web_search for entity names in a freshly generated world (truth read by the bench)."""
+    from orchestra.tools.search import WebSearch
+    from orchestra.world.generate import generate_world
+
+    with tempfile.TemporaryDirectory() as tmp:
+        params = WorldParams(seed=seed, n_entities=max(n, 200), n_seeds=10)
+        generate_world(params, Path(tmp))
+        ents = [
+            json.loads(line) for line in (Path(tmp) / "truth" / "entities.jsonl").read_text().splitlines()
+        ]
+        tool = WebSearch.from_world(Path(tmp))
+        rows = []
+        for e in ents:
+            obs = tool(query=e["name"], k=5)
+            urls = [h["url"] for h in obs.data.get("results", [])]
+            rows.append(
+                {
+                    "m": "search_recall5",
+                    "ok": e["url"] in urls,
+                    "lat": obs.latency_s,
+                    "ex": f"{e['name']!r} -> {urls[:3]}",
+                }
+            )
+        return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200, help="items per measure")
+    ap.add_argument("--seed", type=int, default=9301, help="bench seed (not used by any world)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated measures")
+    args = ap.parse_args(argv)
+    measures = [m for m in TARGETS if not args.only or m in args.only.split(",")]
+    rows: list[dict[str, Any]] = []
+    begin = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(max_workers=args.workers) as pool:
+        jobs = []
+        for m in measures:
+            if m == "search_recall5":
+                continue
+            (Path(tmp) / m).mkdir()
+            jobs += [pool.submit(run_item, m, args.seed, i, str(Path(tmp) / m)) for i in range(args.n)]
+        if "search_recall5" in measures:
+            rows += search_rows(args.seed, args.n)
+        for job in jobs:
+            rows += job.result()
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["m"], []).append(r)
+    print(f"{'measure':<16}{'n':>6}{'accuracy':>10}{'target':>8}  {'status':<6}{'median s':>9}  counted")
+    missed = []
+    for m in list(TARGETS) + list(EXTRA):
+        if m not in by:
+            continue
+        rs = by[m]
+        acc = sum(r["ok"] for r in rs) / len(rs)
+        lats = [r["lat"] for r in rs if r["lat"] is not None]
+        target = TARGETS.get(m, (None, EXTRA.get(m, "")))[0]
+        status = "-" if target is None else ("pass" if acc >= target else "MISS")
+        if status == "MISS":
+            missed.append(m)
+        med = f"{statistics.median(lats):.3f}" if lats else "-"
+        tgt = f"{target:.2f}" if target is not None else "-"
+        what = TARGETS[m][1] if m in TARGETS else EXTRA[m]
+        print(f"{m:<16}{len(rs):>6}{acc:>10.3f}{tgt:>8}  {status:<6}{med:>9}  {what}")
+    for m, rs in by.items():
+        bad = [r["ex"] for r in rs if not r["ok"]]
+        if bad:
+            print(f"\nmisses of {m} ({len(bad)}), first {min(5, len(bad))}:")
+            for ex in bad[:5]:
+                print(f"  {ex}")
+    counts = Counter(r["m"] for r in rows)
+    summary = " ".join(f"{m}={sum(r['ok'] for r in by[m]) / len(by[m]):.3f}" for m in TARGETS if m in by)
+    passed = not missed and all(counts[m] >= args.n for m in measures if m != "chart_values")
+    print(f"\nwall time {time.perf_counter() - begin:.0f}s")
+    print(f"RESULT tools_accuracy pass={str(passed).lower()} missed={','.join(missed) or 'none'} {summary}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

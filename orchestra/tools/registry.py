@@ -1,0 +1,120 @@
+"""The default tool registry: the perception tools (imported by module:Class name) and the action tools."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from orchestra.config import ToolParams
+from orchestra.errors import ToolError
+from orchestra.tools.base import Tool, ToolRegistry
+from orchestra.tools.pages import PAGES_FILE, PageStore
+
+# Perception tools take no configuration; a missing module or class is an error, never a silent skip.
+PERCEPTION_TOOLS: tuple[str, ...] = (
+    "orchestra.tools.image:ImageOCR",
+    "orchestra.tools.image:ImageCountObjects",
+    "orchestra.tools.image:ImageReadChart",
+    "orchestra.tools.image:ImageDescribe",
+    "orchestra.tools.image:ImageCrop",
+    "orchestra.tools.audio:AudioDTMF",
+    "orchestra.tools.audio:AudioTones",
+    "orchestra.tools.audio:AudioMorse",
+    "orchestra.tools.audio:AudioSegment",
+    "orchestra.tools.video:VideoSampleFrames",
+    "orchestra.tools.video:VideoEvents",
+    "orchestra.tools.video:VideoText",
+    "orchestra.tools.video:VideoExtractAudio",
+)
+ACTION_TOOLS: tuple[str, ...] = (
+    "orchestra.tools.search:WebSearch",
+    "orchestra.tools.browse:PageBrowser",
+    "orchestra.tools.sandbox:CodeExecutor",
+)
+
+
+def load_tool_class(spec: str) -> type[Tool]:
+    """The Tool subclass named by ``"package.module:ClassName"``."""
+    module_name, _, class_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ToolError(f"tool {spec}: cannot import {module_name}: {e}") from e
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Tool)):
+        raise ToolError(f"tool {spec}: {module_name} has no Tool class {class_name!r}")
+    return cls
+
+
+def tool_classes() -> list[type[Tool]]:
+    """Every default tool's class, perception first (no tool is built, no world is read)."""
+    return [load_tool_class(spec) for spec in PERCEPTION_TOOLS + ACTION_TOOLS]
+
+
+def page_store(world_dir: Path | None) -> PageStore:
+    """The world's pages; with no world, an empty store whose reason every page tool reports."""
+    if world_dir is None:
+        return PageStore.empty("no world directory was given, so there are no pages to search or read")
+    return PageStore.from_world(Path(world_dir))
+
+
+def action_tools(pages: PageStore, params: ToolParams) -> list[Tool]:
+    """web_search, page_browser and code_executor, configured from ``params``."""
+    from orchestra.tools.browse import PageBrowser
+    from orchestra.tools.sandbox import CodeExecutor
+    from orchestra.tools.search import BraveSearchBackend, WebSearch
+
+    s, b, x = params.search, params.browser, params.sandbox
+    backend = (
+        BraveSearchBackend(api_key_env=s.api_key_env, endpoint=s.endpoint, timeout_s=s.timeout_s)
+        if s.backend == "brave"
+        else None
+    )
+    return [
+        WebSearch(pages=pages, backend=backend, default_k=s.default_k),
+        PageBrowser(
+            pages,
+            allow_http=b.allow_http,
+            allow_hosts=tuple(b.allow_hosts),
+            max_bytes=b.max_bytes,
+            timeout_s=b.timeout_s,
+            max_chars=b.max_chars,
+        ),
+        CodeExecutor(
+            cpu_s=x.cpu_s,
+            mem_mb=x.mem_mb,
+            wall_s=x.wall_s,
+            max_output=x.max_output,
+            max_procs=x.max_procs,
+            disk_mb=x.disk_mb,
+            pool_size=x.pool_size,
+            uid=x.uid,
+            gid=x.gid,
+            namespaces=x.namespaces,
+            require_landlock=x.require_landlock,
+        ),
+    ]
+
+
+def default_registry(world_dir: Path | None = None, params: ToolParams | None = None) -> ToolRegistry:
+    """All default tools. ``world_dir`` is a generated world (or seed_tasks output) holding kb/pages.jsonl;
+    tools never read anything else from it."""
+    return registry_for_pages(page_store(world_dir), params or ToolParams())
+
+
+def registry_for_pages(pages: PageStore, params: ToolParams) -> ToolRegistry:
+    """All default tools over an already loaded page store."""
+    registry = ToolRegistry()
+    for spec in PERCEPTION_TOOLS:
+        cls = load_tool_class(spec)
+        try:
+            registry.register(cls())
+        except TypeError as e:
+            raise ToolError(f"tool {spec} cannot be built without arguments: {e}") from e
+    for tool in action_tools(pages, params):
+        registry.register(tool)
+    return registry
+
+
+def has_pages(world_dir: Path) -> bool:
+    return (Path(world_dir) / PAGES_FILE).is_file()

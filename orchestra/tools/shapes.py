@@ -1,0 +1,212 @@
+"""Coloured-shape detection: background model, colour naming in CIELAB, contour shape classification."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+# The colour-name table: each name's reference sRGB value. A pixel takes the name of the nearest
+# reference in CIELAB (a perceptual space), so "dark red" is still red and light grey is "gray".
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (215, 35, 35),
+    "orange": (245, 140, 25),
+    "yellow": (240, 215, 30),
+    "green": (40, 160, 60),
+    "cyan": (30, 195, 215),
+    "blue": (35, 75, 210),
+    "purple": (135, 55, 175),
+    "pink": (240, 120, 185),
+    "brown": (125, 80, 40),
+    "black": (25, 25, 25),
+    "gray": (128, 128, 128),
+    "white": (245, 245, 245),
+}
+SHAPES = ("circle", "ellipse", "triangle", "square", "rectangle", "pentagon", "hexagon", "star", "cross")
+
+
+def _lab(bgr: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(bgr.astype(np.float32) / 255.0, cv2.COLOR_BGR2LAB)
+
+
+_NAMES = list(COLOURS)
+_REF_LAB = _lab(np.array([[COLOURS[n][::-1] for n in _NAMES]], dtype=np.uint8))[0]
+
+
+def colour_name(bgr: tuple[float, float, float] | np.ndarray) -> str:
+    """Name of the table colour nearest to one BGR value (CIELAB distance)."""
+    lab = _lab(np.asarray(bgr, dtype=np.float32).reshape(1, 1, 3).clip(0, 255).astype(np.uint8))[0, 0]
+    return _NAMES[int(np.argmin(((_REF_LAB - lab) ** 2).sum(axis=1)))]
+
+
+def label_colours(lab: np.ndarray) -> np.ndarray:
+    """Index into the colour table for every pixel of a CIELAB image."""
+    d = ((lab[:, :, None, :] - _REF_LAB[None, None, :, :]) ** 2).sum(axis=3)
+    return d.argmin(axis=2).astype(np.int32)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One detected object: colour, shape, bounding box (x, y, w, h), centre and area in pixels."""
+
+    colour: str
+    shape: str
+    box: tuple[int, int, int, int]
+    centre: tuple[float, float]
+    area: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "colour": self.colour,
+            "shape": self.shape,
+            "box": list(self.box),
+            "centre": [round(self.centre[0], 1), round(self.centre[1], 1)],
+            "area": round(self.area),
+        }
+
+
+def background_lab(lab: np.ndarray) -> np.ndarray:
+    """The background colour: the median CIELAB value of the image border."""
+    border = np.concatenate([lab[0], lab[-1], lab[:, 0], lab[:, -1]])
+    return np.median(border, axis=0)
+
+
+def radial_corners(cnt: np.ndarray) -> tuple[int, float, np.ndarray]:
+    """Corners of a convex outline as peaks of its radius-vs-angle profile about the centroid.
+
+    Returns (corner count, radial spread = (max - min) / mean, relative harmonic amplitudes of the
+    profile). A regular n-gon's profile has n peaks and a strong n-th harmonic; a circle's is flat; an
+    ellipse's has two peaks.
+    """
+    m = cv2.moments(cnt)
+    cx, cy = m["m10"] / max(m["m00"], 1e-9), m["m01"] / max(m["m00"], 1e-9)
+    pts = cnt.reshape(-1, 2).astype(np.float64)
+    seg = np.roll(pts, -1, axis=0) - pts
+    steps = np.maximum(1, (np.hypot(seg[:, 0], seg[:, 1]) / 0.5).astype(int))
+    pts = np.concatenate([p + np.outer(np.arange(k) / k, d) for p, d, k in zip(pts, seg, steps, strict=True)])
+    ang = (np.degrees(np.arctan2(pts[:, 1] - cy, pts[:, 0] - cx)) + 360.0) % 360.0
+    rad = np.hypot(pts[:, 0] - cx, pts[:, 1] - cy)
+    bins = np.full(360, np.nan)
+    for a_, r_ in zip(ang.astype(int) % 360, rad, strict=True):
+        bins[a_] = r_ if np.isnan(bins[a_]) else max(bins[a_], r_)
+    ok = ~np.isnan(bins)
+    idx = np.arange(360)
+    prof = np.interp(idx, np.concatenate([idx[ok] - 360, idx[ok], idx[ok] + 360]), np.tile(bins[ok], 3))
+    kernel = np.exp(-0.5 * (np.arange(-9, 10) / 3.0) ** 2)
+    prof = np.convolve(np.tile(prof, 3), kernel / kernel.sum(), mode="same")[360:720]
+    spread = float((prof.max() - prof.min()) / max(prof.mean(), 1e-9))
+    depth = prof.max() - prof.min()
+    peaks = [
+        i
+        for i in range(360)
+        if prof[i] >= prof[(i + np.arange(-12, 13)) % 360].max() and prof[i] > prof[(i - 1) % 360]
+    ]
+    while len(peaks) > 1:  # drop the least prominent peak until every peak stands out
+        dips = [
+            prof[np.arange(p, q + (360 if q <= p else 0)) % 360].min()
+            for p, q in zip(peaks, peaks[1:] + peaks[:1], strict=True)
+        ]
+        prom = [prof[p] - max(dips[k - 1], dips[k]) for k, p in enumerate(peaks)]
+        k = int(np.argmin(prom))
+        if prom[k] >= 0.15 * depth:
+            break
+        peaks.pop(k)
+    harmonics = np.abs(np.fft.rfft(prof)) / len(prof) / max(prof.mean(), 1e-9) * 2
+    return len(peaks), spread, harmonics
+
+
+def classify_contour(cnt: np.ndarray) -> str:
+    """Shape name from contour geometry: solidity for stars/crosses, radial-profile corner count for
+    polygons, minimum-area-rectangle aspect for square vs rectangle and circle vs ellipse."""
+    area = cv2.contourArea(cnt)
+    hull = cv2.convexHull(cnt)
+    solidity = area / max(cv2.contourArea(hull), 1.0)
+    (_, _), (rw, rh), _ = cv2.minAreaRect(cnt)
+    aspect = max(rw, rh) / max(min(rw, rh), 1.0)
+    if solidity < 0.8:
+        # concave: count the deep notches: a five-point star has 5, a plus/cross 4
+        simple = cv2.approxPolyDP(cnt, 1.0, True)
+        defects = cv2.convexityDefects(simple, cv2.convexHull(simple, returnPoints=False))
+        size = np.sqrt(max(rw * rh, 1.0))
+        deep = 0 if defects is None else int(np.sum(defects.reshape(-1, 4)[:, 3] / 256.0 > 0.08 * size))
+        return "cross" if deep == 4 else "star"
+    corners, spread, harm = radial_corners(hull)
+    # a hexagon's outline has a clear 6th harmonic; a small digitised circle has a weak, mixed one
+    hexlike = corners == 6 and harm[6] > 0.018 and harm[6] > 1.5 * max(harm[2:6].max(), harm[7:13].max())
+    fill = area / max(rw * rh, 1.0)
+    if spread < 0.07 or (spread < 0.13 and not hexlike):
+        return "circle"
+    if fill > 0.88:  # fills its minimum-area box: a (rotated) square or rectangle
+        return "square" if aspect < 1.2 else "rectangle"
+    if corners == 3:
+        return "triangle"
+    if corners == 4:
+        return "square" if aspect < 1.2 else "rectangle"
+    if corners == 5:
+        return "pentagon"
+    if corners == 6:
+        return "hexagon"
+    return "ellipse" if corners == 2 or aspect >= 1.2 else "circle"
+
+
+def detect_shapes(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[Shape]:
+    """Find coloured objects on a background and name their colour and shape.
+
+    Pixels farther than 25 Lab units from the background are foreground; each connected blob is
+    named by the majority colour of its interior, and a blob made of several colours (touching
+    shapes) is split into one object per colour that covers enough of it.
+    """
+    h, w = bgr.shape[:2]
+    smooth = cv2.medianBlur(bgr, 5)
+    smooth = cv2.bilateralFilter(smooth, 7, 40, 7)
+    lab = _lab(smooth)
+    bg = background_lab(lab)
+    dist = np.sqrt(((lab - bg[None, None, :]) ** 2).sum(axis=2))
+    fg = (dist > 25).astype(np.uint8)
+    fg = cv2.morphologyEx(fg, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+    fg = cv2.morphologyEx(fg, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))
+    min_area = max(40.0, min_area_frac * h * w)
+    labels = label_colours(lab)
+    bg_name = int(label_colours(bg.reshape(1, 1, 3).astype(np.float32))[0, 0])
+    n, comp, stats, _ = cv2.connectedComponentsWithStats(fg, connectivity=8)
+    out: list[Shape] = []
+    for i in range(1, n):
+        if stats[i, cv2.CC_STAT_AREA] < min_area:
+            continue
+        x, y, bw, bh = (int(stats[i, k]) for k in range(4))
+        blob = (comp[y : y + bh, x : x + bw] == i).astype(np.uint8)
+        core = cv2.erode(blob, np.ones((5, 5), np.uint8)) if min(bw, bh) > 12 else blob
+        names = labels[y : y + bh, x : x + bw][core > 0]
+        if names.size == 0:
+            continue
+        counts = np.bincount(names, minlength=len(_NAMES))
+        share = counts / counts.sum()
+        parts = [c for c in np.argsort(-counts) if share[c] >= 0.15 and c != bg_name] or [
+            int(np.argmax(counts))
+        ]
+        for c in parts:
+            if len(parts) == 1:
+                mask = blob
+            else:
+                mask = ((labels[y : y + bh, x : x + bw] == c) & (blob > 0)).astype(np.uint8)
+                mask = cv2.morphologyEx(mask, cv2.MORPH_OPEN, np.ones((5, 5), np.uint8))
+            contours, _ = cv2.findContours(mask, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+            for cnt in contours:
+                area = cv2.contourArea(cnt)
+                if area < min_area:
+                    continue
+                cnt = cnt + np.array([[x, y]])
+                m = cv2.moments(cnt)
+                bx, by, bww, bhh = cv2.boundingRect(cnt)
+                out.append(
+                    Shape(
+                        colour=_NAMES[c],
+                        shape=classify_contour(cnt),
+                        box=(bx, by, bww, bhh),
+                        centre=(m["m10"] / m["m00"], m["m01"] / m["m00"]),
+                        area=float(area),
+                    )
+                )
+    out.sort(key=lambda s: (s.box[1] // 20, s.box[0]))
+    return out
