@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from orchestra.agent import cli as agent_cli
 from orchestra.errors import OrchestraError
 from orchestra.tools.cli import app as tools_app
 from orchestra.world.cli import app as world_app
@@ -17,6 +18,8 @@ params_app = typer.Typer(no_args_is_help=True, help="Inspect and check params.ya
 app.add_typer(params_app, name="params")
 app.add_typer(world_app, name="world", help="Generate and replay the procedural omni-modal world.")
 app.add_typer(tools_app, name="tools", help="List the tools and run one on a file.")
+app.command("answer")(agent_cli.answer)
+app.command("serve")(agent_cli.serve)
 
 err = Console(stderr=True)
 

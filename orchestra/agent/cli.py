@@ -1,0 +1,182 @@
+"""`orchestra answer` (run one question through a system and show its trajectory) and `orchestra serve`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from orchestra.errors import OrchestraError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Answer questions; serve a local model.")
+
+_TYPES = {".png": "image", ".jpg": "image", ".jpeg": "image", ".wav": "audio", ".mp4": "video"}
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def _tree(traj: Any) -> None:
+    from rich.console import Console
+    from rich.tree import Tree
+
+    root = Tree(
+        f"[bold]{traj.system}[/] / {traj.policy}: answer [bold green]{traj.answer}[/] "
+        f"({traj.latency_s:.2f}s, {traj.tokens} tokens, cost {traj.cost:.4f})"
+    )
+    for step in traj.steps:
+        kind = step.decision.kind if step.decision is not None else "invalid"
+        node = root.add(f"turn {step.index}: {kind}" + (f" [red]{step.error}[/]" if step.error else ""))
+        if step.decision is not None and step.decision.kind == "finish":
+            node.add(f"answer: {step.decision.answer}")
+        for r in step.results:
+            status = "green" if r["status"] == "ok" else "red"
+            deps = ",".join(r["depends_on"]) or "-"
+            head = (
+                f"{r['id']} [{status}]{r['status']}[/] {r['backend']} tools={','.join(r['tools']) or 'auto'} "
+                f"deps={deps} {r['start_s'] or 0:.2f}-{r['end_s'] or 0:.2f}s"
+            )
+            sub = node.add(head)
+            sub.add(f"goal: {r['goal']}")
+            sub.add(f"value: {r['value']!r}" if r["status"] == "ok" else f"error: {r['error']}")
+    Console().print(root)
+
+
+@app.command("answer")
+def answer(
+    question: str | None = typer.Option(None, "--question", "-q", help="the question"),
+    inputs: list[Path] = typer.Option([], "--input", "-i", help="a modal input file (.png/.jpg/.wav/.mp4)"),
+    system: str = typer.Option("orchestra", "--system", "-s", help="orchestra | linear | react | maestro"),
+    policy: str = typer.Option(
+        "oracle",
+        "--policy",
+        "-p",
+        help="oracle (needs --task), script:FILE (one decision per line), "
+        "or a key of params `providers` (openai/transformers)",
+    ),
+    world: Path | None = typer.Option(None, "--world", "-w", help="world folder: pages for search/browse"),
+    task_id: str | None = typer.Option(None, "--task", help="answer this task of WORLD/tasks.json"),
+    params_file: Path = typer.Option(Path("params.yaml"), "--params", help="agent/tools/providers sections"),
+    max_turns: int = typer.Option(8, "--max-turns", min=1, max=64),
+    as_json: bool = typer.Option(False, "--json", help="print the whole trajectory as JSON"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="also write the trajectory JSON to this file"),
+) -> None:
+    """Answer a question (or a world task) with a system and policy; print the answer and the trajectory."""
+    from orchestra.agent.lm_policy import LMPolicy
+    from orchestra.agent.policies import Policy, ScriptedPolicy, oracle_for
+    from orchestra.agent.systems import SYSTEMS, Environment, backend_pool, run_task_sync, system_format
+    from orchestra.backends.openai_backend import client_for
+    from orchestra.config import Params, load_params
+    from orchestra.schemas import ModalInput, Task, read_tasks_json
+    from orchestra.tools.registry import default_registry
+
+    try:
+        if system not in SYSTEMS:
+            raise OrchestraError(f"unknown system {system!r}; valid: {', '.join(SYSTEMS)}")
+        params = load_params(params_file) if params_file.is_file() else Params()
+        media_root: Path | None = None
+        if task_id is not None:
+            if world is None:
+                raise OrchestraError("--task needs --world")
+            found = [t for t in read_tasks_json(world / "tasks.json") if str(t.id) == task_id]
+            if not found:
+                raise OrchestraError(f"no task {task_id!r} in {world / 'tasks.json'}")
+            task, media_root = found[0], world / "media"
+        else:
+            if not question:
+                raise OrchestraError("give --question (or --task with --world)")
+            mods = []
+            for k, p in enumerate(inputs, 1):
+                if p.suffix.lower() not in _TYPES or not p.is_file():
+                    raise OrchestraError(f"--input {p}: not a readable {'/'.join(_TYPES)} file")
+                mods.append(ModalInput(type=_TYPES[p.suffix.lower()], id=f"input{k}", path=str(p.resolve())))
+            task = Task(id="cli", question=question, omni_modal_input=mods, answer="?")
+        backends = backend_pool(params.agent, params.providers)
+        tools = default_registry(world, params.tools)
+        env = Environment(
+            tools=tools, backends=backends, agent=params.agent, media_root=media_root, max_turns=max_turns
+        )
+        pol: Policy
+        if policy == "oracle":
+            if task_id is None:
+                raise OrchestraError("the oracle replays a world task's program: give --task and --world")
+            pol = oracle_for(task, system, backends, params.agent)
+        elif policy.startswith("script:"):
+            lines = Path(policy[7:]).read_text(encoding="utf-8").splitlines()
+            pol = ScriptedPolicy([x for x in lines if x.strip()], fmt=system_format(system))  # type: ignore[arg-type]
+        elif policy in params.providers:
+            pol = LMPolicy(client_for(params.providers[policy]), fmt=system_format(system), name=policy)
+        else:
+            raise OrchestraError(
+                f"unknown policy {policy!r}: oracle, script:FILE or one of {sorted(params.providers)}"
+            )
+        t0 = time.perf_counter()
+        try:
+            if system == "react" and isinstance(pol, LMPolicy):  # the model calls the tools itself
+                import asyncio
+
+                from orchestra.agent.systems import run_react_lm
+                from orchestra.backends.openai_backend import OpenAIBackend
+
+                agent_lm = OpenAIBackend("react_agent", pol.client, {"reasoning": 1.0})
+                traj = asyncio.run(run_react_lm(task, agent_lm, env, pol.name))
+            else:
+                traj = run_task_sync(task, system, pol, env)  # type: ignore[arg-type]
+        finally:
+            for t in tools:
+                close = getattr(t, "close", None)
+                if callable(close):
+                    close()
+    except (OrchestraError, OSError) as e:
+        raise _fail(str(e)) from e
+    text = json.dumps(traj.model_dump(mode="json"), ensure_ascii=False, indent=2)
+    if out is not None:
+        from orchestra.io import atomic_write_text
+
+        atomic_write_text(out, text + "\n")
+    if as_json:
+        typer.echo(text)
+        return
+    typer.echo(traj.answer if traj.answer is not None else f"(no answer: {traj.error})")
+    _tree(traj)
+    typer.echo(f"wall {time.perf_counter() - t0:.2f}s")
+
+
+@app.command("serve")
+def serve(
+    model: Path | None = typer.Option(None, "--model", help="a local transformers model directory"),
+    script: Path | None = typer.Option(
+        None, "--script", help="a JSONL reply script (see orchestra.agent.serve)"
+    ),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port", min=0, max=65535),
+    name: str | None = typer.Option(None, "--name", help="model id reported by /v1/models"),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
+) -> None:
+    """Serve an OpenAI-compatible /v1/chat/completions on HOST:PORT until interrupted."""
+    from orchestra.agent.serve import ModelResponder, Responder, ScriptedResponder, start_server
+
+    try:
+        if (model is None) == (script is None):
+            raise OrchestraError("give exactly one of --model DIR or --script FILE")
+        responder: Responder
+        if model is not None:
+            from orchestra.backends.transformers_backend import TransformersChat
+
+            responder = ModelResponder(TransformersChat(model, max_new_tokens), name or model.name)
+        else:
+            assert script is not None
+            responder = ScriptedResponder.from_jsonl(script, name or "scripted")
+        srv = start_server(responder, host, port)
+    except OrchestraError as e:
+        raise _fail(str(e)) from e
+    typer.echo(f"serving {responder.model} at {srv.url}", err=True)
+    try:
+        srv.thread.join()
+    except KeyboardInterrupt:
+        srv.close()

@@ -1,0 +1,372 @@
+"""The four systems — orchestra, linear, react, maestro — as one decision loop over the same parts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from orchestra.agent.accounting import Ledger
+from orchestra.agent.decision import Format, MaestroSearch, search_to_delegate, validate_decision
+from orchestra.agent.graph import GraphError, TaskGraph
+from orchestra.agent.memory import Evidence, EvidenceStore, count_tokens, sufficiency
+from orchestra.agent.policies import Policy, PolicyReply
+from orchestra.agent.refs import ReferenceError_, find_refs, substitute
+from orchestra.agent.scheduler import Limits, run_graph
+from orchestra.agent.state import (
+    HistoryItem,
+    OrchestraState,
+    ToolCard,
+    history_from_evidence,
+    render_state,
+    system_prompt,
+    validation_context,
+)
+from orchestra.agent.subagent import SubAgent
+from orchestra.backends.base import Backend, BackendCard, BackendRegistry
+from orchestra.backends.builtin import BuiltinExpert
+from orchestra.config import SKILLS, AgentParams, LatencySpec, PriceSpec, ProviderSpec
+from orchestra.errors import OrchestraError
+from orchestra.schemas import Delegate, Finish, Task, Trajectory, TrajectoryStep
+from orchestra.tools.base import ToolRegistry
+
+__all__ = [
+    "SYSTEMS",
+    "Environment",
+    "System",
+    "backend_pool",
+    "builtin_backends",
+    "evidence_of",
+    "react_agent",
+    "run_react_lm",
+    "run_task",
+    "run_task_sync",
+    "state_budget",
+    "system_format",
+]
+
+System = Literal["orchestra", "linear", "react", "maestro"]
+SYSTEMS: tuple[System, ...] = ("orchestra", "linear", "react", "maestro")
+
+
+@dataclass
+class Environment:
+    """What every system runs against: tool pool, backend pool, agent params, the media folder."""
+
+    tools: ToolRegistry
+    backends: BackendRegistry
+    agent: AgentParams = field(default_factory=AgentParams)
+    media_root: Path | None = None
+    max_turns: int = 8
+    seed: int = 0
+    state_tokens: int | None = None  # render budget; default: fixed part + agent.evidence_tokens
+
+
+_PROMPT_TOKENS: dict[tuple[Any, ...], int] = {}
+
+
+def _prompt_tokens(backends: Sequence[BackendCard], tools: Sequence[ToolCard], fmt: Format) -> int:
+    """Tokens of the system prompt, memoised on the pool's content (it is the same every turn)."""
+    key = (
+        fmt,
+        tuple(
+            (b.name, b.description, b.price_per_call, b.latency_s, tuple(sorted(b.skills.items())))
+            for b in backends
+        ),
+        tuple((t.name, t.description, tuple(sorted(t.skills.items()))) for t in tools),
+    )
+    if key not in _PROMPT_TOKENS:
+        if len(_PROMPT_TOKENS) > 256:
+            _PROMPT_TOKENS.clear()
+        _PROMPT_TOKENS[key] = count_tokens(system_prompt(backends, tools, fmt))
+    return _PROMPT_TOKENS[key]
+
+
+def state_budget(state: OrchestraState, evidence_tokens: int, fmt: Format = "json") -> int:
+    """The render budget of a state: its fixed part (system prompt, question, modal inputs, headings;
+    the last three estimated from their sizes) plus ``evidence_tokens`` for the compressed evidence
+    c_t and half as much again for the history."""
+    fixed = _prompt_tokens(state.backends, state.tools, fmt)
+    fixed += count_tokens(state.question) + 12 * len(state.modal_inputs) + 40
+    return fixed + evidence_tokens + evidence_tokens // 2
+
+
+def system_format(system: System) -> Format:
+    return "maestro" if system == "maestro" else "json"
+
+
+def react_agent(agent: AgentParams) -> Backend:
+    """The single agent of the ReAct baseline: every skill, every tool, the policy's own price."""
+    return BuiltinExpert(
+        "react_agent",
+        {s: 1.0 for s in SKILLS},
+        PriceSpec(),
+        LatencySpec(),
+        "the ReAct baseline's single agent: calls tools itself, no delegation",
+    )
+
+
+def _tool_cards(env: Environment) -> list[ToolCard]:
+    return [ToolCard.from_tool(t, env.agent.tool_skills.get(t.name)) for t in env.tools]
+
+
+def _shift(evidence: list[Evidence], offset: float) -> list[Evidence]:
+    out = []
+    for e in evidence:
+        upd: dict[str, Any] = {}
+        if e.start_s is not None:
+            upd["start_s"] = e.start_s + offset
+        if e.end_s is not None:
+            upd["end_s"] = e.end_s + offset
+        out.append(e.model_copy(update=upd))
+    return out
+
+
+def _est_cost(backends: BackendRegistry, name: str | None) -> float:
+    return backends.get(name).cost.estimate() if name is not None and name in backends else 0.0
+
+
+def _invalid(step: TrajectoryStep, history: list[HistoryItem], turn: int, note: str) -> None:
+    step.error = note
+    history.append(HistoryItem(turn=turn, status="invalid", note=note[:300]))
+
+
+async def run_task(task: Task, system: System, policy: Policy, env: Environment) -> Trajectory:
+    """Run ``task`` with ``system`` driven by ``policy``; the trajectory records every decision with
+    the exact rendered state before it, each sub-task's evidence with start/end seconds since the run
+    began, and accounting per policy, backend and tool.
+
+    ``orchestra``: each delegated batch is a DAG run in parallel under ``agent.max_parallel``.
+    ``linear``: the same, one sub-task at a time. ``react``: one agent with every tool executes each
+    sub-task itself (no backend choice, no parallelism). ``maestro``: decisions are
+    ``<search> Model@@Skill: Query </search>`` actions, each run as a one-node delegate.
+    With the ReAct baseline the policy's sub-tasks are actions of the single agent; for a ReAct
+    baseline driven by a language model that calls the tools itself, use :func:`run_react_lm`.
+    """
+    if system not in SYSTEMS:
+        raise OrchestraError(f"unknown system {system!r}; valid: {', '.join(SYSTEMS)}")
+    fmt = system_format(system)
+    agent = env.agent
+    limits = Limits.from_params(agent, linear=system in ("linear", "react"))
+    force = react_agent(agent) if system == "react" else None
+    runner = SubAgent(
+        env.backends,
+        env.tools,
+        agent,
+        task.question,
+        task.omni_modal_input,
+        env.media_root,
+        seed=env.seed,
+        force_backend=force,
+    )
+    ledger = Ledger(agent.tool_prices, agent.policy_price)
+    store = EvidenceStore()
+    history: list[HistoryItem] = []
+    steps: list[TrajectoryStep] = []
+    cards = [force.card()] if force is not None else env.backends.cards()
+    tool_cards = _tool_cards(env)
+    critical = 0.0
+    policy_s = 0.0
+    answer: str | None = None
+    error: str | None = None
+    budget: int | None = None
+    render_s = 0.0
+    t0 = time.perf_counter()
+    for turn in range(env.max_turns):
+        state = OrchestraState(
+            question=task.question,
+            modal_inputs=list(task.omni_modal_input),
+            context=store.items(),
+            history=list(history),
+            backends=cards,
+            tools=tool_cards,
+            turn=turn,
+            max_turns=env.max_turns,
+        )
+        if budget is None:  # the fixed part does not change between turns
+            budget = env.state_tokens or state_budget(state, agent.evidence_tokens, fmt)
+        tr = time.perf_counter()
+        messages = render_state(state, budget, fmt=fmt)
+        tp = time.perf_counter()
+        render_s += tp - tr
+        reply: PolicyReply = (
+            await asyncio.to_thread(policy.respond, state, messages)
+            if policy.blocking
+            else policy.respond(state, messages)
+        )
+        took = time.perf_counter() - tp
+        policy_s += took
+        ledger.record_policy(policy.name, reply.input_tokens, reply.output_tokens, took)
+        step = TrajectoryStep(
+            index=turn, state_messages=messages, raw_output=reply.raw_output, latency_s=took
+        )
+        steps.append(step)
+        action = reply.action
+        if action is None:
+            _invalid(step, history, turn, reply.error or "no usable decision")
+            continue
+        problem = validate_decision(action, validation_context(state))
+        if problem is not None:
+            _invalid(step, history, turn, str(problem))
+            continue
+        if isinstance(action, Finish):
+            step.decision = action
+            try:
+                answer = substitute(action.answer, store.values())
+            except ReferenceError_ as e:
+                _invalid(step, history, turn, f"answer: {e}")
+                continue
+            break
+        if isinstance(action, MaestroSearch):
+            mods = [r.key for r in find_refs(action.query) if r.kind == "M"]
+            action = search_to_delegate(action, store.next_id(), mods)
+        assert isinstance(action, Delegate)
+        step.decision = action
+        try:
+            graph = TaskGraph(action.subtasks, external=store.ids())
+        except GraphError as e:  # pragma: no cover - validate_decision checked the graph
+            _invalid(step, history, turn, str(e))
+            continue
+        offset = time.perf_counter() - t0
+        evidence = await run_graph(
+            graph,
+            runner,
+            limits,
+            prior={e.id: e for e in store},
+            modal_values=runner.modal_values(),
+            est_cost=lambda st: _est_cost(env.backends, st.backend),
+            turn=turn,
+        )
+        evidence = _shift(evidence, offset)
+        store.extend(evidence)
+        ledger.record_evidence(evidence)
+        history.extend(history_from_evidence(evidence))
+        critical += graph.critical_path({e.id: e.latency_s for e in evidence})[0]
+        step.results = [e.model_dump(mode="json") for e in evidence]
+        step.latency_s = took + max((e.end_s or offset for e in evidence), default=offset) - offset
+    else:
+        error = f"no finish within {env.max_turns} turns"
+    latency = time.perf_counter() - t0
+    total = ledger.total()
+    return Trajectory(
+        task_id=str(task.id),
+        system=system,
+        policy=policy.name,
+        steps=steps,
+        answer=answer,
+        tokens=total.tokens,
+        cost=total.cost,
+        latency_s=latency,
+        error=error,
+        accounting={
+            **ledger.summary(),
+            "policy_s": policy_s,
+            "render_s": render_s,
+            "critical_path_s": critical,
+            "sufficiency": sufficiency(task.question, store.items()),
+            "subtasks": len(store),
+        },
+    )
+
+
+async def run_react_lm(task: Task, backend: Backend, env: Environment, name: str = "lm") -> Trajectory:
+    """The ReAct baseline with a language model: one ``backend`` (e.g. :class:`OpenAIBackend`) gets the
+    whole question, every modal input and every tool, and calls tools itself for up to
+    ``agent.subagent_max_steps * max_turns`` model calls; no delegation, no orchestrator."""
+    from orchestra.agent.refs import modal_key
+    from orchestra.backends.base import SubTaskInput
+    from orchestra.schemas import SubTask
+
+    mods = {modal_key(i): m.model_copy(deep=True) for i, m in enumerate(task.omni_modal_input)}
+    goal = task.question + "".join(f" #{k}" for k in mods)
+    node = SubTask(id="E1", goal=goal, modalities=list(mods), tools=env.tools.names(), backend=backend.name)
+    sti = SubTaskInput(
+        question=task.question,
+        subtask=node,
+        modal_inputs=mods,
+        media_root=None if env.media_root is None else str(Path(env.media_root).resolve()),
+        max_steps=env.agent.subagent_max_steps * env.max_turns,
+        seed=env.seed,
+    )
+    t0 = time.perf_counter()
+    res = await backend.run(sti, list(env.tools))
+    latency = time.perf_counter() - t0
+    ev = Evidence(
+        id="E1",
+        goal=goal,
+        status="ok" if res.ok else "failed",
+        value=res.value,
+        claim=res.claim,
+        sources=res.sources,
+        tool_calls=res.tool_calls,
+        backend=backend.name,
+        tools=node.tools,
+        input_tokens=res.input_tokens,
+        output_tokens=res.output_tokens,
+        cost=res.cost,
+        start_s=0.0,
+        end_s=latency,
+        attempts=1,
+        error=res.error,
+    )
+    ledger = Ledger(env.agent.tool_prices, env.agent.policy_price)
+    ledger.record_evidence([ev])
+    step = TrajectoryStep(
+        index=0,
+        state_messages=[{"role": "user", "content": goal}],
+        results=[ev.model_dump(mode="json")],
+        latency_s=latency,
+        error=res.error,
+    )
+    total = ledger.total()
+    answer = None
+    if res.ok:
+        from orchestra.agent.refs import format_value
+
+        answer = format_value(res.value)
+    return Trajectory(
+        task_id=str(task.id),
+        system="react",
+        policy=name,
+        steps=[step],
+        answer=answer,
+        tokens=total.tokens,
+        cost=total.cost,
+        latency_s=latency,
+        error=res.error,
+        accounting={**ledger.summary(), "policy_s": 0.0},
+    )
+
+
+def run_task_sync(task: Task, system: System, policy: Policy, env: Environment) -> Trajectory:
+    """:func:`run_task` from synchronous code."""
+    return asyncio.run(run_task(task, system, policy, env))
+
+
+def evidence_of(trajectory: Trajectory) -> list[Evidence]:
+    """Every sub-task evidence recorded in a trajectory, in run order."""
+    return [Evidence.model_validate(r) for s in trajectory.steps for r in s.results]
+
+
+def builtin_backends(agent: AgentParams) -> BackendRegistry:
+    """The backend pool of ``agent.backends`` where every entry is a builtin expert."""
+    from orchestra.backends.base import registry_from_params
+    from orchestra.backends.builtin import builtin_factory
+
+    return registry_from_params(agent.backends, {"builtin": builtin_factory})
+
+
+def backend_pool(agent: AgentParams, providers: Mapping[str, ProviderSpec]) -> BackendRegistry:
+    """The whole pool B of ``agent.backends``: builtin experts, and ``openai``/``transformers``
+    backends on the chat client their provider names (clients are built, nothing is called)."""
+    from orchestra.backends.base import registry_from_params
+    from orchestra.backends.builtin import builtin_factory
+    from orchestra.backends.openai_backend import openai_factory
+
+    lm = openai_factory(providers)
+    return registry_from_params(
+        agent.backends, {"builtin": builtin_factory, "openai": lm, "transformers": lm}
+    )

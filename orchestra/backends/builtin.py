@@ -1,0 +1,193 @@
+"""Builtin experts: deterministic sub-agents that run real tool programs for goals in the builtin grammar.
+
+The goal grammar is documented in :mod:`orchestra.backends.goals`. An expert parses the goal,
+checks it has the skill the goal needs (its skill vector, from ``params.agent.backends``) and was
+given the tool, then runs a short ReAct-style loop of tool calls (at most ``max_steps``): call the
+tool in a worker thread, read the value from the observation's structured ``data``, and either
+finish or take one more step (widen a search, read the next window of a page). No language model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestra.backends.base import Backend, SubResult, SubTaskInput, ToolCall
+from orchestra.backends.goals import (
+    Goal,
+    GoalError,
+    count_tokens,
+    literal,
+    match_field,
+    parse_goal,
+    show,
+    skill_registry,
+)
+from orchestra.config import BackendSpec
+from orchestra.tools.base import Observation, Tool
+
+__all__ = ["BuiltinExpert", "ToolBox", "builtin_factory"]
+
+
+class ToolBox:
+    """One sub-agent's private tool access: the tools it was given, a step budget and its call log.
+
+    ``call`` runs the blocking tool in a worker thread (so sub-agents of one batch overlap) and
+    records a :class:`ToolCall`; a tool never raises (failures are error observations)."""
+
+    def __init__(self, tools: Sequence[Tool], max_steps: int) -> None:
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.max_steps = max_steps
+        self.calls: list[ToolCall] = []
+        self.observations: list[Observation] = []
+
+    @property
+    def steps_left(self) -> int:
+        return self.max_steps - len(self.calls)
+
+    async def call(self, name: str, args: Mapping[str, Any]) -> Observation:
+        if name not in self.tools:
+            given = ", ".join(sorted(self.tools)) or "none"
+            raise GoalError(f"this sub-task needs tool {name!r}, which it was not given (given: {given})")
+        if self.steps_left <= 0:
+            raise GoalError(f"step budget of {self.max_steps} tool calls used up")
+        tool = self.tools[name]
+        obs = await asyncio.to_thread(tool, **dict(args))
+        self.calls.append(ToolCall.from_observation(args, obs))
+        self.observations.append(obs)
+        return obs
+
+
+def _fail(obs: Observation) -> GoalError:
+    return GoalError(f"{obs.tool} failed: {obs.error or obs.text[:200]}")
+
+
+class BuiltinExpert(Backend):
+    """An expert that executes builtin-grammar goals with real tools (see module docstring)."""
+
+    kind = "builtin"
+
+    async def run(self, task: SubTaskInput, tools: Sequence[Tool]) -> SubResult:
+        t0 = time.perf_counter()
+        box = ToolBox(tools, task.max_steps)
+        try:
+            goal = parse_goal(task.subtask.goal)
+            asked = task.subtask.skill
+            if asked is not None and asked != goal.skill:  # Maestro: Level-2 routines live inside a skill
+                routines = ", ".join(skill_registry().get(asked, [])) or "none"
+                raise GoalError(
+                    f"skill {asked!r} has no sub-routine for this query (its sub-routines: {routines})"
+                )
+            if self.skills.get(goal.skill, 0.0) <= 0.0:
+                have = ", ".join(self.skill_names())
+                raise GoalError(f"backend {self.name} has no {goal.skill!r} skill (it has: {have})")
+            value, claim, sources = await self._solve(goal, task, box)
+        except GoalError as e:
+            return self._result(task, box, ok=False, error=str(e), started=t0)
+        return self._result(task, box, value=value, claim=claim, sources=sources, started=t0)
+
+    def _result(
+        self,
+        task: SubTaskInput,
+        box: ToolBox,
+        *,
+        ok: bool = True,
+        value: Any = None,
+        claim: str = "",
+        sources: list[str] | None = None,
+        error: str | None = None,
+        started: float = 0.0,
+    ) -> SubResult:
+        tin = count_tokens(task.subtask.goal) + sum(count_tokens(o.text) for o in box.observations)
+        tout = count_tokens(claim or error or "")
+        return SubResult(
+            ok=ok,
+            value=value,
+            claim=claim,
+            sources=sources or [],
+            tool_calls=list(box.calls),
+            backend=self.name,
+            input_tokens=tin,
+            output_tokens=tout,
+            cost=self.cost.price(tin, tout),
+            error=error,
+        )
+
+    async def _solve(self, goal: Goal, task: SubTaskInput, box: ToolBox) -> tuple[Any, str, list[str]]:
+        if goal.kind == "perceive":
+            return await self._perceive(goal, task, box)
+        if goal.kind == "search":
+            return await self._search(goal, box)
+        if goal.kind == "browse":
+            return await self._browse(goal, box)
+        return await self._compute(goal, box)
+
+    async def _perceive(self, goal: Goal, task: SubTaskInput, box: ToolBox) -> tuple[Any, str, list[str]]:
+        spec = goal.perception
+        assert spec is not None and goal.modal is not None
+        modal = task.modal_inputs.get(goal.modal)
+        if modal is None:
+            allowed = ", ".join(sorted(task.modal_inputs)) or "none"
+            raise GoalError(f"#{goal.modal} is not among the modal inputs this sub-task may read ({allowed})")
+        if modal.type != spec.modality:
+            raise GoalError(f"{spec.name} reads {spec.modality}, but #{goal.modal} is {modal.type}")
+        path = Path(modal.path)
+        if task.media_root and not path.is_absolute():
+            path = Path(task.media_root) / path
+        obs = await box.call(spec.tool, {"path": str(path), **goal.args})
+        if not obs.ok:
+            raise _fail(obs)
+        value = spec.extract(obs.data, goal.meta.get("args", {}))
+        return (
+            value,
+            f"{spec.render(goal.meta.get('args', {}))} in #{goal.modal}: {show(value)}",
+            [f"{modal.type}:{modal.id}"],
+        )
+
+    async def _search(self, goal: Goal, box: ToolBox) -> tuple[Any, str, list[str]]:
+        title = goal.meta["title"]
+        for k in (5, 20):
+            obs = await box.call("web_search", {"query": title, "k": k})
+            if not obs.ok:
+                raise _fail(obs)
+            for hit in obs.data.get("results", []):
+                if str(hit.get("title", "")).strip().lower() == title.strip().lower():
+                    url = str(hit["url"])
+                    return url, f"the page titled {hit['title']!r} is {url}", [url]
+            if len(obs.data.get("results", [])) < k or box.steps_left <= 0:
+                break
+        raise GoalError(f"no search result is titled exactly {title!r}")
+
+    async def _browse(self, goal: Goal, box: ToolBox) -> tuple[Any, str, list[str]]:
+        url, key = goal.args["url"], goal.meta["field"]
+        offset, text = 0, ""
+        while True:
+            obs = await box.call("page_browser", {"url": url, **({"offset": offset} if offset else {})})
+            if not obs.ok:
+                raise _fail(obs)
+            body = obs.text.split("\n\n", 1)[1] if "\n\n" in obs.text else obs.text
+            text += body.split("\n[characters ", 1)[0]
+            nxt = obs.data.get("next_offset")
+            if nxt is None or box.steps_left <= 0:
+                break
+            offset = int(nxt)
+        label, raw = match_field(text, key)
+        value = literal(raw)
+        return value, f"{url} lists {label}: {raw}", [url]
+
+    async def _compute(self, goal: Goal, box: ToolBox) -> tuple[Any, str, list[str]]:
+        obs = await box.call("code_executor", {"code": goal.args["code"]})
+        if not obs.ok:
+            raise _fail(obs)
+        if obs.data.get("value") is None:
+            raise GoalError("the expression produced no value")
+        value = literal(obs.data["value"])
+        return value, f"{goal.meta['expression']} = {show(value)}", []
+
+
+def builtin_factory(name: str, spec: BackendSpec) -> BuiltinExpert:
+    """The ``builtin`` kind's factory for :func:`orchestra.backends.base.registry_from_params`."""
+    return BuiltinExpert(name, spec.skills, spec.price, spec.latency, spec.description)

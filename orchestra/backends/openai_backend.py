@@ -1,0 +1,297 @@
+"""OpenAI-compatible chat client (stdlib urllib) and the `openai` backend: a ReAct loop with tool calling."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from orchestra.backends.base import Backend, SubResult, SubTaskInput
+from orchestra.backends.builtin import ToolBox
+from orchestra.backends.goals import GoalError, literal
+from orchestra.config import BackendSpec, LatencySpec, PriceSpec, ProviderSpec
+from orchestra.errors import OrchestraError
+from orchestra.tools.base import Tool
+
+__all__ = [
+    "ChatClient",
+    "ChatResult",
+    "LMError",
+    "OpenAIBackend",
+    "OpenAIClient",
+    "client_for",
+    "openai_factory",
+]
+
+
+class LMError(OrchestraError):
+    """A model call failed: transport error, timeout, HTTP error status, or a malformed response."""
+
+
+@dataclass
+class ChatResult:
+    """One chat completion: text, tool calls ``[{id, name, arguments (raw JSON text)}]``, token usage."""
+
+    content: str = ""
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+
+class ChatClient(Protocol):
+    """Anything that completes a chat: the HTTP client, or a local transformers model."""
+
+    def chat(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResult: ...
+
+
+class OpenAIClient:
+    """``POST {base_url}/chat/completions`` with retries on transport errors and 5xx answers."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model, self.api_key = model, api_key
+        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.temperature, self.max_tokens = temperature, max_tokens
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(
+            self.base_url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - configured URL
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read()[:300].decode("utf-8", "replace")
+            raise LMError(f"{self.base_url}{path}: HTTP {e.code}: {detail}") from e
+        except TimeoutError as e:
+            raise LMError(f"{self.base_url}{path}: no answer within {self.timeout_s:g}s") from e
+        except (urllib.error.URLError, OSError) as e:
+            raise LMError(f"{self.base_url}{path}: {getattr(e, 'reason', e)}") from e
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise LMError(f"{self.base_url}{path}: the answer is not JSON: {raw[:120]!r}") from e
+        if not isinstance(data, dict):
+            raise LMError(f"{self.base_url}{path}: the answer is not a JSON object")
+        return data
+
+    def chat(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResult:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+        if tools:
+            body["tools"] = [{"type": "function", "function": dict(t)} for t in tools]
+        t0 = time.perf_counter()
+        last: LMError | None = None
+        for _ in range(self.max_retries + 1):
+            try:
+                data = self._post("/chat/completions", body)
+                break
+            except LMError as e:
+                last = e
+                if "HTTP 4" in str(e):  # a client error does not get better by retrying
+                    raise
+        else:
+            assert last is not None
+            raise last
+        return _parse_completion(data, time.perf_counter() - t0)
+
+
+def _parse_completion(data: Mapping[str, Any], latency: float) -> ChatResult:
+    try:
+        msg = data["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError) as e:
+        raise LMError(f"completion without choices[0].message: {json.dumps(data)[:200]}") from e
+    calls = []
+    for k, c in enumerate(msg.get("tool_calls") or []):
+        fn = c.get("function") or {}
+        if not fn.get("name"):
+            raise LMError(f"tool call {k} has no function name")
+        args = fn.get("arguments", "{}")
+        calls.append(
+            {
+                "id": str(c.get("id") or f"call_{k}"),
+                "name": str(fn["name"]),
+                "arguments": args if isinstance(args, str) else json.dumps(args),
+            }
+        )
+    usage = data.get("usage") or {}
+    return ChatResult(
+        content=str(msg.get("content") or ""),
+        tool_calls=calls,
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        latency_s=latency,
+    )
+
+
+def client_for(spec: ProviderSpec) -> ChatClient:
+    """A chat client for a provider: ``openai`` over HTTP, ``transformers`` from a local directory."""
+    if spec.kind == "openai":
+        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        return OpenAIClient(
+            spec.base_url or "",
+            spec.model or "",
+            api_key=key,
+            timeout_s=spec.timeout_s,
+            max_retries=spec.max_retries,
+        )
+    if spec.kind == "transformers":
+        from orchestra.backends.transformers_backend import TransformersChat
+
+        return TransformersChat(spec.model or "")
+    raise LMError(f"provider kind {spec.kind!r} has no chat client here (use openai or transformers)")
+
+
+_SYSTEM = (
+    "You are a sub-agent. Solve the sub-task with the tools: call them with JSON arguments and read "
+    "their results. Modal inputs are files given by path. When you know the result, reply without a "
+    "tool call and end with a line 'ANSWER: <value>' holding only the value."
+)
+_ANSWER = re.compile(r"ANSWER:\s*(.+?)\s*\Z", re.IGNORECASE | re.DOTALL)
+
+
+def _prompt(task: SubTaskInput) -> str:
+    lines = [f"Question (context): {task.question}", f"Sub-task: {task.subtask.goal}"]
+    for key, m in sorted(task.modal_inputs.items()):
+        path = m.path if not task.media_root else os.path.join(task.media_root, m.path)
+        lines.append(f"#{key}: {m.type} file at {path}")
+    for dep, r in sorted(task.dependencies.items()):
+        lines.append(f"#{dep} result: {r.value!r} ({r.claim})")
+    return "\n".join(lines)
+
+
+class OpenAIBackend(Backend):
+    """A sub-agent on a chat model: OpenAI tool calling (``tools=[tool.spec()]``, results sent back as
+    ``role: tool`` messages) for at most ``max_steps`` model calls; a reply without tool calls is the
+    final answer (the text after ``ANSWER:``, else the whole reply)."""
+
+    kind = "openai"
+
+    def __init__(
+        self,
+        name: str,
+        client: ChatClient,
+        skills: Mapping[str, float],
+        cost: PriceSpec | None = None,
+        latency: LatencySpec | None = None,
+        description: str = "",
+    ) -> None:
+        super().__init__(name, skills, cost, latency, description)
+        self.client = client
+
+    async def run(self, task: SubTaskInput, tools: Sequence[Tool]) -> SubResult:
+        import asyncio
+
+        box = ToolBox(tools, max_steps=10 * task.max_steps)
+        specs = [t.spec() for t in tools]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": _prompt(task)},
+        ]
+        tin = tout = 0
+        error = f"no final answer within {task.max_steps} model calls"
+        for _ in range(task.max_steps):
+            try:
+                res = await asyncio.to_thread(self.client.chat, messages, specs or None)
+            except LMError as e:
+                error = str(e)
+                break
+            tin, tout = tin + res.prompt_tokens, tout + res.completion_tokens
+            if not res.tool_calls:
+                m = _ANSWER.search(res.content)
+                text = (m.group(1) if m else res.content).strip()
+                if not text:
+                    error = "the model replied with neither a tool call nor an answer"
+                    messages += [
+                        {"role": "assistant", "content": res.content},
+                        {"role": "user", "content": "Reply with a tool call or 'ANSWER: <value>'."},
+                    ]
+                    continue
+                return self._result(True, literal(text), text, box, tin, tout, None)
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": res.content or None,
+                    "tool_calls": [
+                        {
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": c["arguments"]},
+                        }
+                        for c in res.tool_calls
+                    ],
+                }
+            )
+            for c in res.tool_calls:
+                messages.append(
+                    {"role": "tool", "tool_call_id": c["id"], "content": await self._call(box, c)}
+                )
+        return self._result(False, None, "", box, tin, tout, error)
+
+    async def _call(self, box: ToolBox, call: Mapping[str, str]) -> str:
+        try:
+            args = json.loads(call["arguments"] or "{}")
+        except json.JSONDecodeError as e:
+            return f"error: arguments are not JSON ({e.msg}); send a JSON object"
+        if not isinstance(args, dict):
+            return "error: arguments must be a JSON object"
+        try:
+            obs = await box.call(call["name"], args)
+        except GoalError as e:
+            return f"error: {e}"
+        return obs.text
+
+    def _result(
+        self, ok: bool, value: Any, claim: str, box: ToolBox, tin: int, tout: int, error: str | None
+    ) -> SubResult:
+        return SubResult(
+            ok=ok,
+            value=value,
+            claim=claim,
+            tool_calls=list(box.calls),
+            backend=self.name,
+            input_tokens=tin,
+            output_tokens=tout,
+            cost=self.cost.price(tin, tout),
+            error=error,
+        )
+
+
+def openai_factory(providers: Mapping[str, ProviderSpec]) -> Any:
+    """The ``openai``/``transformers`` kinds' factory: the backend's provider names the chat client."""
+
+    def make(name: str, spec: BackendSpec) -> OpenAIBackend:
+        if spec.provider is None or spec.provider not in providers:
+            raise LMError(f"backend {name!r}: provider {spec.provider!r} is not in providers")
+        client = client_for(providers[spec.provider])
+        return OpenAIBackend(name, client, spec.skills, spec.price, spec.latency, spec.description)
+
+    return make

@@ -1,0 +1,81 @@
+"""A chat client over a local Hugging Face model directory (no downloads): greedy generation, text only."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestra.backends.openai_backend import ChatResult, LMError
+
+__all__ = ["TransformersChat"]
+
+
+class TransformersChat:
+    """``chat(messages) -> ChatResult`` with a causal LM loaded from ``model_dir`` (``local_files_only``).
+
+    The prompt is the tokenizer's chat template when it has one, else ``role: content`` lines ending
+    in ``assistant:``. Tool specs are described in the prompt, never parsed back: the reply is text
+    (a policy parses its decision from it). Generation is serialised by a lock (one model, many threads).
+    """
+
+    def __init__(self, model_dir: str | Path, max_new_tokens: int = 128, seed: int = 0) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:  # pragma: no cover - transformers is a dependency
+            raise LMError(f"transformers is not importable: {e}") from e
+        path = Path(model_dir)
+        if not path.is_dir():
+            raise LMError(f"{path}: not a model directory")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise LMError(f"{path}: cannot load a causal LM: {e}") from e
+        self.model.eval()
+        self.model_name = path.name
+        self.max_new_tokens, self.seed = max_new_tokens, seed
+        self._torch = torch
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self.model_name
+
+    def _prompt(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> str:
+        msgs = [{"role": str(m["role"]), "content": str(m.get("content") or "")} for m in messages]
+        if tools:
+            names = ", ".join(str(t.get("name")) for t in tools)
+            msgs.insert(0, {"role": "system", "content": f"Tools: {names}"})
+        if getattr(self.tokenizer, "chat_template", None):
+            return str(self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))
+        return "\n".join(f"{m['role']}: {m['content']}" for m in msgs) + "\nassistant:"
+
+    def chat(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> ChatResult:
+        t0 = time.perf_counter()
+        prompt = self._prompt(messages, tools)
+        with self._lock:
+            enc = self.tokenizer(prompt, return_tensors="pt")
+            self._torch.manual_seed(self.seed)
+            with self._torch.no_grad():
+                out = self.model.generate(
+                    **enc,
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id or 0,
+                )
+        new = out[0, enc["input_ids"].shape[1] :]
+        text = self.tokenizer.decode(new, skip_special_tokens=True)
+        return ChatResult(
+            content=text,
+            prompt_tokens=int(enc["input_ids"].shape[1]),
+            completion_tokens=int(new.shape[0]),
+            latency_s=time.perf_counter() - t0,
+        )
