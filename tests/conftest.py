@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from orchestra.config import WorldParams
+from orchestra.config import AgentParams, WorldParams
+
+if TYPE_CHECKING:
+    from orchestra.agent.systems import Environment
 
 SMALL_WORLD = WorldParams(n_seeds=24, n_entities=60)
 
@@ -19,3 +24,20 @@ def small_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("small_world")
     generate_world(SMALL_WORLD, out)
     return out
+
+
+@pytest.fixture(scope="module")
+def world_env(small_world: Path) -> Iterator[Environment]:
+    """The embedded-default runtime over ``small_world``: its tools and the builtin expert pool."""
+    from orchestra.agent.systems import Environment, builtin_backends
+    from orchestra.tools.registry import default_registry
+
+    agent = AgentParams()
+    tools = default_registry(small_world)
+    yield Environment(
+        tools=tools, backends=builtin_backends(agent), agent=agent, media_root=small_world / "media"
+    )
+    for tool in tools:
+        close = getattr(tool, "close", None)
+        if callable(close):
+            close()

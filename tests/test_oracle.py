@@ -8,7 +8,7 @@ import pytest
 
 from orchestra.agent.policies import OraclePolicy, oracle_for
 from orchestra.agent.state import OrchestraState
-from orchestra.agent.systems import Environment, builtin_backends, evidence_of, run_task_sync
+from orchestra.agent.systems import Environment, evidence_of, run_task_sync
 from orchestra.backends.goals import PERCEPTIONS
 from orchestra.config import AgentParams
 from orchestra.schemas import Delegate, Finish, PerceiveStep, Task, read_tasks_json
@@ -16,16 +16,8 @@ from orchestra.tools.registry import default_registry
 
 
 @pytest.fixture(scope="module")
-def env(small_world: Path):  # type: ignore[no-untyped-def]
-    agent = AgentParams()
-    tools = default_registry(small_world)
-    yield Environment(
-        tools=tools, backends=builtin_backends(agent), agent=agent, media_root=small_world / "media"
-    )
-    for t in tools:
-        close = getattr(t, "close", None)
-        if callable(close):
-            close()
+def env(world_env: Environment) -> Environment:
+    return world_env
 
 
 @pytest.fixture(scope="module")

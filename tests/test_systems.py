@@ -13,10 +13,9 @@ import pytest
 from orchestra.agent.decision import MaestroSearch, parse_decision
 from orchestra.agent.policies import ScriptedPolicy, oracle_for
 from orchestra.agent.state import OrchestraState, render_state
-from orchestra.agent.systems import Environment, builtin_backends, evidence_of, run_task_sync, state_budget
+from orchestra.agent.systems import Environment, evidence_of, run_task_sync, state_budget
 from orchestra.backends.base import Backend, BackendRegistry, SubResult, SubTaskInput
 from orchestra.backends.goals import PERCEPTIONS, GoalError, match_field, parse_goal, perception_goal
-from orchestra.config import AgentParams
 from orchestra.schemas import (
     ComputeStep,
     Delegate,
@@ -29,20 +28,11 @@ from orchestra.schemas import (
     read_tasks_json,
 )
 from orchestra.tools.base import Tool
-from orchestra.tools.registry import default_registry
 
 
 @pytest.fixture(scope="module")
-def env(small_world: Path):  # type: ignore[no-untyped-def]
-    agent = AgentParams()
-    tools = default_registry(small_world)
-    yield Environment(
-        tools=tools, backends=builtin_backends(agent), agent=agent, media_root=small_world / "media"
-    )
-    for t in tools:
-        close = getattr(t, "close", None)
-        if callable(close):
-            close()
+def env(world_env: Environment) -> Environment:
+    return world_env
 
 
 @pytest.fixture(scope="module")
