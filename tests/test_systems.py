@@ -267,3 +267,24 @@ def test_answer_cli_prints_answer_tree_and_json(small_world: Path, tmp_path: Pat
     assert out.exit_code == 0 and out.output.startswith("42\n"), out.output
     bad = CliRunner().invoke(app, ["answer", "-q", "?", "--input", str(tmp_path / "nope.gif")])
     assert bad.exit_code == 2 and "not a readable" in bad.output
+
+
+def test_sufficient_evidence_ends_the_loop_when_the_policy_does_not(branchy: Task, env: Environment) -> None:
+    compute = Delegate(subtasks=[SubTask(id="E1", goal="compute 6 * 7", tools=["code_executor"])])
+    script = [compute, "garbage instead of a finish", "more garbage"]
+
+    def run(threshold: float) -> Trajectory:
+        agent = env.agent.model_copy(update={"sufficiency_threshold": threshold})
+        e2 = Environment(
+            tools=env.tools, backends=env.backends, agent=agent, media_root=env.media_root, max_turns=3
+        )
+        return run_task_sync(branchy, "orchestra", ScriptedPolicy(list(script)), e2)
+
+    low = run(0.05)
+    assert low.answer == "42" and low.error is None
+    assert low.accounting["stopped_by"] == "sufficiency" and low.accounting["sufficiency"] >= 0.05
+    assert len(low.steps) == 2 and low.steps[1].error is not None
+    assert "Evidence sufficiency:" in low.steps[1].state_messages[1]["content"]
+    high = run(1.0)
+    assert high.answer is None and high.error == "no finish within 3 turns"
+    assert high.accounting["stopped_by"] == "max_turns"

@@ -102,6 +102,8 @@ class OrchestraState(BaseModel):
     tools: list[ToolCard] = Field(default_factory=list)
     turn: int = Field(0, ge=0)
     max_turns: int | None = Field(None, ge=1)
+    sufficiency: float | None = Field(None, ge=0, le=1, description="memory.sufficiency of the context")
+    threshold: float | None = Field(None, ge=0, le=1, description="sufficiency at which the loop may stop")
 
 
 def validation_context(state: OrchestraState) -> ValidationContext:
@@ -159,6 +161,10 @@ def _user(state: OrchestraState, evidence: Sequence[str], history: Sequence[str]
     lines += [f"#{modal_key(i)} {m.type} ({m.id})" for i, m in enumerate(state.modal_inputs)] or ["(none)"]
     lines += ["Evidence:", *(evidence or ["(none yet)"])]
     lines += ["History:", *(history or ["(none yet)"])]
+    if state.sufficiency is not None and state.threshold is not None:
+        enough = "enough to finish" if state.sufficiency >= state.threshold else "not enough yet"
+        score = f"{state.sufficiency:.2f} (threshold {state.threshold:.2f})"
+        lines.append(f"Evidence sufficiency: {score}: {enough}")
     left = f" of {state.max_turns}" if state.max_turns else ""
     lines.append(f"Turn {state.turn + 1}{left}. Your decision:")
     return "\n".join(lines)

@@ -129,6 +129,14 @@ def _est_cost(backends: BackendRegistry, name: str | None) -> float:
     return backends.get(name).cost.estimate() if name is not None and name in backends else 0.0
 
 
+def sufficient_answer(store: EvidenceStore) -> str | None:
+    """The answer the evidence already holds: the value of the newest successful sub-task that no
+    other sub-task depends on (a sink of the delegated DAG), formatted like a ``#E`` substitution."""
+    needed = {d for e in store for d in e.depends_on}
+    sinks = [e for e in store.items() if e.ok and e.id not in needed and e.value is not None]
+    return substitute(f"#{sinks[-1].id}", store.values()) if sinks else None
+
+
 def _invalid(step: TrajectoryStep, history: list[HistoryItem], turn: int, note: str) -> None:
     step.error = note
     history.append(HistoryItem(turn=turn, status="invalid", note=note[:300]))
@@ -174,6 +182,8 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
     error: str | None = None
     budget: int | None = None
     render_s = 0.0
+    stopped_by = "finish"
+    score = 0.0
     t0 = time.perf_counter()
     for turn in range(env.max_turns):
         state = OrchestraState(
@@ -185,6 +195,8 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
             tools=tool_cards,
             turn=turn,
             max_turns=env.max_turns,
+            sufficiency=score if len(store) else None,
+            threshold=agent.sufficiency_threshold,
         )
         if budget is None:  # the fixed part does not change between turns
             budget = env.state_tokens or state_budget(state, agent.evidence_tokens, fmt)
@@ -205,12 +217,12 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
         )
         steps.append(step)
         action = reply.action
-        if action is None:
-            _invalid(step, history, turn, reply.error or "no usable decision")
-            continue
-        problem = validate_decision(action, validation_context(state))
-        if problem is not None:
-            _invalid(step, history, turn, str(problem))
+        problem = None if action is None else validate_decision(action, validation_context(state))
+        if action is None or problem is not None:
+            _invalid(step, history, turn, str(problem) if problem else reply.error or "no usable decision")
+            if score >= agent.sufficiency_threshold and (answer := sufficient_answer(store)) is not None:
+                stopped_by = "sufficiency"  # the evidence suffices: the loop ends without the policy
+                break
             continue
         if isinstance(action, Finish):
             step.decision = action
@@ -242,13 +254,17 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
         )
         evidence = _shift(evidence, offset)
         store.extend(evidence)
+        score = sufficiency(task.question, store.items())
         ledger.record_evidence(evidence)
         history.extend(history_from_evidence(evidence))
         critical += graph.critical_path({e.id: e.latency_s for e in evidence})[0]
         step.results = [e.model_dump(mode="json") for e in evidence]
         step.latency_s = took + max((e.end_s or offset for e in evidence), default=offset) - offset
     else:
-        error = f"no finish within {env.max_turns} turns"
+        if score >= agent.sufficiency_threshold and (answer := sufficient_answer(store)) is not None:
+            stopped_by = "sufficiency"
+        else:
+            stopped_by, error = "max_turns", f"no finish within {env.max_turns} turns"
     latency = time.perf_counter() - t0
     total = ledger.total()
     return Trajectory(
@@ -266,7 +282,8 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
             "policy_s": policy_s,
             "render_s": render_s,
             "critical_path_s": critical,
-            "sufficiency": sufficiency(task.question, store.items()),
+            "sufficiency": score,
+            "stopped_by": stopped_by,
             "subtasks": len(store),
         },
     )

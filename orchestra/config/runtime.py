@@ -115,7 +115,9 @@ class AgentParams(_Section):
     subagent_max_steps: int = Field(6, ge=1, le=64, description="ReAct steps per sub-agent")
     subagent_timeout_s: float = Field(30.0, gt=0, le=3600, description="wall time per sub-task attempt")
     sufficiency_threshold: Fraction = Field(
-        0.8, description="evidence-sufficiency score at which the loop stops (memory.sufficiency)"
+        0.8,
+        description="memory.sufficiency at which the loop ends: shown to the policy each turn, and once "
+        "reached, an unusable decision or the last turn ends the run with the evidence's answer",
     )
     evidence_tokens: int = Field(
         512, ge=16, le=131072, description="token budget of the compressed evidence context c_t"
