@@ -1,4 +1,4 @@
-"""`orchestra ...`: the command line over the library (params, stages, world, tools)."""
+"""`orchestra ...`: the command line over the library (params, stages, world, tools, answer, serve)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from orchestra.agent import cli as agent_cli
+from orchestra.cli_common import fail
 from orchestra.errors import OrchestraError
 from orchestra.tools.cli import app as tools_app
 from orchestra.world.cli import app as world_app
@@ -21,13 +21,6 @@ app.add_typer(tools_app, name="tools", help="List the tools and run one on a fil
 app.command("answer")(agent_cli.answer)
 app.command("serve")(agent_cli.serve)
 
-err = Console(stderr=True)
-
-
-def _fail(e: OrchestraError) -> typer.Exit:
-    err.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
-    return typer.Exit(code=2)
-
 
 @params_app.command("check")
 def params_check(file: Path = typer.Argument(Path("params.yaml"), help="params file to validate")) -> None:
@@ -37,7 +30,7 @@ def params_check(file: Path = typer.Argument(Path("params.yaml"), help="params f
     try:
         load_params(file)
     except OrchestraError as e:
-        raise _fail(e) from e
+        raise fail(e) from e
     typer.echo(f"{file}: ok")
 
 
@@ -49,7 +42,7 @@ def params_show(file: Path = typer.Argument(Path("params.yaml"))) -> None:
     try:
         params = load_params(file)
     except OrchestraError as e:
-        raise _fail(e) from e
+        raise fail(e) from e
     typer.echo(json.dumps(params.model_dump(mode="json"), indent=2))
 
 
@@ -66,7 +59,7 @@ def stage(
         params = load_params(params_file)
         meta = run_stage(name, params, data_root(params_file, params))
     except OrchestraError as e:
-        raise _fail(e) from e
+        raise fail(e) from e
     typer.echo(json.dumps(meta, indent=2, ensure_ascii=False))
 
 

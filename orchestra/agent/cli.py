@@ -9,16 +9,12 @@ from typing import Any
 
 import typer
 
+from orchestra.cli_common import fail
 from orchestra.errors import OrchestraError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Answer questions; serve a local model.")
 
 _TYPES = {".png": "image", ".jpg": "image", ".jpeg": "image", ".wav": "audio", ".mp4": "video"}
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 def _tree(traj: Any) -> None:
@@ -133,7 +129,7 @@ def answer(
                 if callable(close):
                     close()
     except (OrchestraError, OSError) as e:
-        raise _fail(str(e)) from e
+        raise fail(str(e)) from e
     text = json.dumps(traj.model_dump(mode="json"), ensure_ascii=False, indent=2)
     if out is not None:
         from orchestra.io import atomic_write_text
@@ -174,7 +170,7 @@ def serve(
             responder = ScriptedResponder.from_jsonl(script, name or "scripted")
         srv = start_server(responder, host, port)
     except OrchestraError as e:
-        raise _fail(str(e)) from e
+        raise fail(str(e)) from e
     typer.echo(f"serving {responder.model} at {srv.url}", err=True)
     try:
         srv.thread.join()

@@ -8,14 +8,10 @@ from typing import Any
 
 import typer
 
+from orchestra.cli_common import fail
 from orchestra.errors import OrchestraError, ToolError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="List the agent's tools and run one.")
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 def parse_args(pairs: list[str]) -> dict[str, Any]:
@@ -42,7 +38,7 @@ def list_tools(
     try:
         classes = tool_classes()
     except OrchestraError as e:
-        raise _fail(str(e)) from e
+        raise fail(str(e)) from e
     if as_json:
         specs = [
             {"name": c.name, "description": c.description, "input_schema": c.input_schema} for c in classes
@@ -107,7 +103,7 @@ def run_tool(
                 if callable(close):
                     close()
     except OrchestraError as e:
-        raise _fail(str(e)) from e
+        raise fail(str(e)) from e
     typer.echo(obs.model_dump_json(indent=2) if as_json else obs.text)
     if not obs.ok:
         raise typer.Exit(code=1)

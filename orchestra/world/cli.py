@@ -10,16 +10,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from orchestra.cli_common import fail
 from orchestra.errors import OrchestraError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The procedural omni-modal world.")
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-
-def _fail(e: OrchestraError) -> typer.Exit:
-    err.print(f"[red]error:[/red] {e}", markup=True)
-    return typer.Exit(code=2)
 
 
 def _world_params(params_file: Path | None, seed: int | None, n_seeds: int | None) -> Any:
@@ -71,7 +66,7 @@ def generate(
         with atomic_dir(out_dir) as tmp:
             summary = generate_world(params, tmp)
     except OrchestraError as e:
-        raise _fail(e) from e
+        raise fail(e) from e
     print_distribution(summary)
     out.print(
         f"{summary['media_files']} media files, {summary['media_bytes'] / 1e6:.1f} MB; "
@@ -87,5 +82,5 @@ def replay_cmd(world_dir: Path = typer.Argument(..., help="a generated world fol
     try:
         result = replay_world(world_dir)
     except OrchestraError as e:
-        raise _fail(e) from e
+        raise fail(e) from e
     out.print(f"{result['replayed']} tasks replayed: every answer matches")
