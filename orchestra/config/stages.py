@@ -206,7 +206,6 @@ class EvalParams(_Section):
     )
     judge_provider: str | None = Field(None, description="optional LLM judge on top of exact match")
     sc_k: int = Field(1, ge=1, le=64, description="Maestro self-consistency samples")
-    max_parallel: int = Field(4, ge=1, le=256)
     max_turns: int = Field(8, ge=1, le=64)
 
 
