@@ -86,18 +86,22 @@ class _Run:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def skip(self, node_id: str, reason: str) -> None:
+    def record(self, node_id: str, status: Status, error: str | None = None) -> Evidence:
+        """A node's evidence before (or instead of) running it: what was asked, no value yet."""
         node = self.graph.nodes[node_id]
-        self.finished[node_id] = Evidence(
+        return Evidence(
             id=node_id,
             goal=node.goal,
-            status="skipped",
+            status=status,
             backend=node.backend,
             tools=list(node.tools),
             depends_on=list(node.depends_on),
-            error=reason,
+            error=error,
             turn=self.turn,
         )
+
+    def skip(self, node_id: str, reason: str) -> None:
+        self.finished[node_id] = self.record(node_id, "skipped", reason)
 
     def skip_dependants(self, node_id: str) -> None:
         for d in self.graph.descendants(node_id):
@@ -106,15 +110,7 @@ class _Run:
 
     async def attempt_all(self, node_id: str) -> Evidence:
         node = self.graph.nodes[node_id]
-        base = Evidence(
-            id=node_id,
-            goal=node.goal,
-            status="failed",
-            backend=node.backend,
-            tools=list(node.tools),
-            depends_on=list(node.depends_on),
-            turn=self.turn,
-        )
+        base = self.record(node_id, "failed")
         values = dict(self.modal_values)
         deps = {
             **{i: e for i, e in self.prior.items() if e.ok},
