@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,3 +43,22 @@ def world_env(small_world: Path) -> Iterator[Environment]:
         close = getattr(tool, "close", None)
         if callable(close):
             close()
+
+
+@pytest.fixture()
+def loopback() -> Iterator[Callable[[type[BaseHTTPRequestHandler]], int]]:
+    """Start a real HTTP server on 127.0.0.1 for a handler class; returns its port. Stopped after the test."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(handler: type[BaseHTTPRequestHandler]) -> int:
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        srv.daemon_threads, srv.block_on_close = True, False
+        srv.handle_error = lambda request, address: None  # type: ignore[method-assign]  # client hung up
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return srv.server_address[1]
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -168,15 +167,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture()
-def server() -> Iterator[int]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads, srv.block_on_close = True, False
-    srv.handle_error = lambda request, address: None  # type: ignore[method-assign]  # client hung up
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+def server(loopback: Callable[[type[BaseHTTPRequestHandler]], int]) -> int:
+    return loopback(_Handler)
 
 
 def test_pinned_fetch_caps_size_and_time(server: int) -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -129,14 +128,10 @@ class _Brave(BaseHTTPRequestHandler):
 
 
 @pytest.fixture()
-def brave(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Brave)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+def brave(monkeypatch: pytest.MonkeyPatch, loopback: Callable[[type[BaseHTTPRequestHandler]], int]) -> str:
     _Brave.seen = []
     monkeypatch.setenv("TEST_BRAVE_KEY", "key-123")
-    yield f"http://127.0.0.1:{srv.server_address[1]}/res/v1/web/search"
-    srv.shutdown()
-    srv.server_close()
+    return f"http://127.0.0.1:{loopback(_Brave)}/res/v1/web/search"
 
 
 def test_brave_backend_request_and_response(brave: str) -> None:

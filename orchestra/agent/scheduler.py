@@ -129,6 +129,18 @@ class _Run:
         error = "no attempt made"
         calls, tin, tout, cost = [], 0, 0, 0.0
         attempts = 0
+
+        def spent() -> dict[str, Any]:  # accounting over every attempt so far, and the timings
+            return {
+                "tool_calls": calls,
+                "input_tokens": tin,
+                "output_tokens": tout,
+                "cost": cost,
+                "start_s": start,
+                "end_s": self.now(),
+                "attempts": attempts,
+            }
+
         for attempt in range(1, self.limits.max_retries + 2):
             attempts = attempt
             task = node.model_copy(
@@ -162,30 +174,12 @@ class _Run:
                         "value": res.value,
                         "claim": res.claim,
                         "sources": list(res.sources),
-                        "tool_calls": calls,
                         "backend": res.backend or node.backend,
-                        "input_tokens": tin,
-                        "output_tokens": tout,
-                        "cost": cost,
-                        "start_s": start,
-                        "end_s": self.now(),
-                        "attempts": attempts,
+                        **spent(),
                     }
                 )
             status, error = "failed", f"attempt {attempt}: {res.error or 'sub-agent reported failure'}"
-        return base.model_copy(
-            update={
-                "status": status,
-                "error": error,
-                "tool_calls": calls,
-                "input_tokens": tin,
-                "output_tokens": tout,
-                "cost": cost,
-                "start_s": start,
-                "end_s": self.now(),
-                "attempts": attempts,
-            }
-        )
+        return base.model_copy(update={"status": status, "error": error, **spent()})
 
     async def run(self) -> list[Evidence]:
         g, lim = self.graph, self.limits
