@@ -86,7 +86,7 @@ def main() -> int:
         runs = {}
         order = ("linear", "orchestra") if k % 2 == 0 else ("orchestra", "linear")
         for system in order:
-            runs[system] = run_task_sync(task, system, oracle_for(task, system, env.backends, agent), env)
+            runs[system] = run_task_sync(task, system, oracle_for(task, system, agent), env)
         lin, orc = runs["linear"], runs["orchestra"]
         bound = orc.accounting["critical_path_s"]
         decisions = len(orc.steps)
@@ -101,10 +101,7 @@ def main() -> int:
         )
     if tmp is not None:
         tmp.cleanup()
-    for tool in env.tools:
-        close = getattr(tool, "close", None)
-        if callable(close):
-            close()
+    env.tools.close()
     n = len(rows)
     if n == 0:
         print("RESULT parallel_speedup pass=false tasks=0 (no multi-branch tasks)")

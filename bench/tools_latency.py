@@ -108,10 +108,7 @@ def run(world: Path, calls: int, threshold_ms: float, budget_s: float = 20.0) ->
             f"{tool.name:<18} {row['median']:>10.1f} {row['p95']:>10.1f} {row['first']:>10.1f} "
             f"{row['ok']:>3}/{row['n']:<3}" + (f"  e.g. {row['errors'][0][:80]}" if row["errors"] else "")
         )
-    for tool in registry:
-        close = getattr(tool, "close", None)
-        if callable(close):
-            close()
+    registry.close()
     code = rows.get("code_executor")
     code_ok = code is not None and code["median"] <= threshold_ms and code["ok"] == code["n"]
     passed = code_ok and not unmeasured

@@ -24,4 +24,5 @@ class WorldError(OrchestraError):
 
 
 class ToolError(OrchestraError):
-    """A tool cannot be built or looked up (a failing tool *run* is an Observation, not this)."""
+    """A tool cannot be built or looked up, or rejects its input; raised inside a run, ``Tool.__call__``
+    turns it into a failed Observation the agent reads."""

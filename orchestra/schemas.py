@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -22,6 +23,7 @@ __all__ = [
     "Delegate",
     "EvalRecord",
     "Finish",
+    "MaestroSearch",
     "ModalInput",
     "PerceiveStep",
     "RewriteCandidate",
@@ -34,6 +36,7 @@ __all__ = [
     "TrajectoryStep",
     "VerificationResult",
     "VerifiedSample",
+    "distribution",
     "read_jsonl",
     "read_parquet",
     "read_tasks_json",
@@ -139,6 +142,25 @@ def brief(e: ValidationError, limit: int = 5) -> str:
     return "; ".join(lines) + more
 
 
+def _tools(task: Task) -> list[str]:
+    t = task.required_external_tools
+    return [t] if isinstance(t, str) else list(t or [])
+
+
+def distribution(tasks: list[Task]) -> dict[str, dict[str, int]]:
+    """Counts by category, Level, task_type and required tool (sorted, for stable metadata)."""
+
+    def count(values: list[str | None]) -> dict[str, int]:
+        return dict(sorted(Counter(str(v) for v in values).items()))
+
+    return {
+        "category": count([t.category for t in tasks]),
+        "Level": count([t.level for t in tasks]),
+        "task_type": count([t.task_type for t in tasks]),
+        "tool": count([tool for t in tasks for tool in _tools(t)]),
+    }
+
+
 def read_tasks_json(path: Path) -> list[Task]:
     """Read an OmniGAIA-format JSON array of tasks."""
     path = Path(path)
@@ -223,12 +245,26 @@ class Finish(_Record):
     answer: str = Field(min_length=1)
 
 
-Decision = Annotated[Delegate | Finish, Field(discriminator="kind")]
+class MaestroSearch(_Record):
+    """Maestro's ``<search> Model@@Skill: Query </search>`` action."""
+
+    kind: Literal["search"] = "search"
+    model: str = Field(min_length=1)
+    skill: str = Field(min_length=1)
+    query: str = Field(min_length=1)
+
+
+Decision = Annotated[Delegate | Finish | MaestroSearch, Field(discriminator="kind")]
 
 
 class TrajectoryStep(_Record):
     index: int = Field(ge=0)
     state_messages: list[dict[str, str]] = Field(description="the exact rendered state before the decision")
+    state: dict[str, Any] | None = Field(
+        None,
+        description="the structured state (orchestra.agent.state.OrchestraState) the decision was made in, "
+        "so a sample can be re-rendered for another reader or budget without re-running tools",
+    )
     decision: Decision | None = None
     raw_output: str | None = None
     error: str | None = None

@@ -39,10 +39,7 @@ def world_env(small_world: Path) -> Iterator[Environment]:
     yield Environment(
         tools=tools, backends=builtin_backends(agent), agent=agent, media_root=small_world / "media"
     )
-    for tool in tools:
-        close = getattr(tool, "close", None)
-        if callable(close):
-            close()
+    tools.close()
 
 
 @pytest.fixture()

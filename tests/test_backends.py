@@ -17,6 +17,8 @@ from orchestra.backends.base import (
     ToolCall,
     registry_from_params,
 )
+from orchestra.backends.builtin import BuiltinExpert
+from orchestra.backends.goals import GoalError, browse_goal, match_field
 from orchestra.backends.selection import (
     infer_demand,
     match_score,
@@ -26,9 +28,11 @@ from orchestra.backends.selection import (
     tool_profiles,
 )
 from orchestra.config import AgentParams, BackendSpec, LatencySpec, PriceSpec, parse_params
-from orchestra.errors import ConfigError
+from orchestra.errors import ConfigError, ToolError
 from orchestra.schemas import SubTask
 from orchestra.tools.base import Observation, Tool
+from orchestra.tools.browse import PageBrowser
+from orchestra.tools.pages import Page, PageStore
 
 
 class Adder(Tool):
@@ -36,7 +40,11 @@ class Adder(Tool):
 
     name: ClassVar[str] = "adder"
     description: ClassVar[str] = "add a and b"
-    input_schema: ClassVar[dict[str, Any]] = {"type": "object", "required": ["a", "b"]}
+    input_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"],
+    }
     skills: ClassVar[dict[str, float]] = {"code": 1.0}
     cost_per_call: ClassVar[float] = 0.001
 
@@ -226,3 +234,69 @@ def test_backend_seam_runs_under_the_scheduler() -> None:
     assert [e.value for e in ev] == [3.0, 2.0, 6.0]
     assert ev[2].tool_calls[0].args == {"a": 5.0, "b": 1} and ev[2].backend == "code_expert"
     assert ev[0].cost == pytest.approx(backend.cost.price(40, 8)) and ev[0].tool_cost == pytest.approx(0.001)
+
+
+class Broken(Adder):
+    """A tool that fails (ToolError) on a long goal and has a bug (a KeyError) on a one-letter goal."""
+
+    name: ClassVar[str] = "broken"
+
+    def run(self, **kwargs: Any) -> Observation:
+        if kwargs["b"] > 1:
+            raise ToolError("the service refused")
+        data: dict[str, Any] = {}
+        return Observation(tool=self.name, text=str(data["value"]))
+
+
+def test_a_tool_bug_propagates_out_of_the_scheduler_but_a_tool_failure_is_evidence() -> None:
+    backend = POOL.get("code_expert")
+
+    async def runner(task: SubTask, inputs: NodeInputs) -> SubResult:
+        sub = SubTaskInput(question="q", subtask=task, dependencies=inputs.dependencies)
+        return await backend.run(sub, [Broken()])
+
+    failed = asyncio.run(run_graph([SubTask(id="E1", goal="abc")], runner, Limits(max_retries=0)))
+    assert failed[0].status == "failed" and "ToolError: the service refused" in (failed[0].error or "")
+    with pytest.raises(KeyError, match="value"):  # the bug reaches the test, not a 'tool miss'
+        asyncio.run(run_graph([SubTask(id="E1", goal="x")], runner, Limits(max_retries=0)))
+
+
+def test_builtin_browse_reads_the_structured_facts() -> None:
+    facts = "\n".join(f"Filler {i}: {i}" for i in range(40))
+    pages = [
+        Page(
+            url="https://world.local/wiki/quillon",
+            title="Quillon",
+            text="Quillon\nprose",
+            html="<table><tr><th>Population</th><td>12400</td></tr>"
+            "<tr><th>Mayor</th><td>Ada Vorn</td></tr></table>",
+        ),
+        Page(url="https://world.local/wiki/oda", title="Oda", text=f"Oda\n\nFacts\n{facts}\nLength (km): 88"),
+    ]
+    browser = PageBrowser(PageStore(pages, "test"), max_chars=200)
+    expert = BuiltinExpert("reader", {"browse": 1.0})
+
+    def ask(url: str, key: str) -> SubResult:
+        task = SubTaskInput(question="q", subtask=SubTask(id="E1", goal=browse_goal(url, key)), max_steps=2)
+        return asyncio.run(expert.run(task, [browser]))
+
+    pop = ask(pages[0].url, "population")
+    assert pop.ok and pop.value == 12400 and pop.claim.endswith("lists Population: 12400")
+    assert ask(pages[0].url, "mayor").value == "Ada Vorn"
+    length = ask(pages[1].url, "length_km")  # past the first window: the facts are the whole page's
+    assert length.ok and length.value == 88 and len(length.tool_calls) == 1
+    miss = ask(pages[0].url, "altitude")
+    assert not miss.ok and "no fact on the page clearly matches field 'altitude'" in (miss.error or "")
+    assert "labels: Population, Mayor" in (miss.error or "")
+    gone = ask("https://world.local/wiki/nowhere", "x")
+    assert not gone.ok and "page_browser failed" in (gone.error or "")
+
+
+def test_match_field_on_facts_and_on_text() -> None:
+    facts = [{"label": "Preparation time (min)", "value": "35"}, {"label": "Origin", "value": "Vuga"}]
+    assert match_field(facts, "prep_minutes") == ("Preparation time (min)", "35")
+    assert match_field("X\n\nFacts\nOrigin: Vuga\nType: dish", "origin") == ("Origin", "Vuga")
+    with pytest.raises(GoalError, match="has no 'Label: value' facts"):
+        match_field([], "origin")
+    with pytest.raises(GoalError, match="clearly matches"):
+        match_field(facts + [{"label": "Origin town", "value": "Brenn"}], "place")

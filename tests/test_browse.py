@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestra.errors import ToolError
-from orchestra.tools.browse import PageBrowser, address_problem, fetch_pinned, html_to_text
+from orchestra.tools.browse import PageBrowser, address_problem, fetch_pinned
 from orchestra.tools.pages import Page, PageStore
+from orchestra.tools.webpage import parse_html, text_facts
 
 LONG = " ".join(f"word{i}" for i in range(3000))
 PAGES = [
@@ -175,14 +176,15 @@ def test_pinned_fetch_caps_size_and_time(server: int) -> None:
     url = f"http://site.test:{server}/"
     status, headers, body, truncated = fetch_pinned(url, "127.0.0.1", 1_000_000, time.monotonic() + 5)
     assert status == 200 and not truncated and headers["content-type"].startswith("text/html")
-    title, text, links = html_to_text(body.decode(), url)
+    page = parse_html(body.decode(), url)
     assert (
-        title == "Hi there"
-        and text.startswith("Hello & welcome")
-        and "evil" not in text
-        and "p{}" not in text
+        page.title == "Hi there"
+        and page.text.startswith("Hello & welcome")
+        and "evil" not in page.text
+        and "p{}" not in page.text
     )
-    assert links == [{"url": f"http://site.test:{server}/next", "text": "next"}]
+    assert page.links == [{"url": f"http://site.test:{server}/next", "text": "next"}]
+    assert page.facts == [] and page.facts_from == "none"
     _, _, small, cut = fetch_pinned(url, "127.0.0.1", 100, time.monotonic() + 5)
     assert cut and len(small) == 100
     start = time.monotonic()
@@ -201,3 +203,60 @@ def test_store_loading_errors_are_clear(tmp_path: Path) -> None:
     bad.write_text((json.dumps(PAGES[0].model_dump()) + "\n") * 2)
     with pytest.raises(ToolError, match="duplicate page URL"):
         PageStore.load(bad)
+
+
+INFOBOX = (
+    "<html><head><title>Quillon - Wiki</title></head><body><h1>Quillon</h1><p>Founded: long ago.</p>"
+    "<table class='infobox'><tr><th colspan=2>Quillon</th></tr>"
+    "<tr><th>Population</th><td>12,400</td></tr>"
+    "<tr><th scope=row>Twin town:</th><td><a href='/wiki/brenn'>Brenn</a> <sup>[1]</sup></td></tr>"
+    "<tr><th>Mayor<td>Ada Vorn</tr>"  # cells and rows without end tags still count
+    "<tr><td>no label</td><td>x</td></tr></table>"
+    "<table><tr><th>Label</th><th>Only headers</th></tr></table></body></html>"
+)
+
+
+def test_html_table_rows_are_the_page_facts() -> None:
+    page = parse_html(INFOBOX, "https://quillon.test/wiki/quillon")
+    assert page.facts_from == "table"
+    assert page.facts == [
+        {"label": "Population", "value": "12,400"},
+        {"label": "Twin town", "value": "Brenn [1]"},
+        {"label": "Mayor", "value": "Ada Vorn"},
+    ]
+    assert "Population 12,400" in page.text  # the cells of a row stay apart in the text
+    assert page.links == [{"url": "https://quillon.test/wiki/brenn", "text": "Brenn"}]
+
+
+def test_text_facts_fallback() -> None:
+    text = "Velmora\nNote: prose\nhttps://x.test/a\n\nFacts\nType: city\nFounded: 1204\nno colon here"
+    assert text_facts(text) == [{"label": "Type", "value": "city"}, {"label": "Founded", "value": "1204"}]
+    assert text_facts("Note: the whole text counts\nhttps://x.test/a") == [
+        {"label": "Note", "value": "the whole text counts"}
+    ]
+    plain = parse_html("<p>Built: 1931</p><p>Architect: Ilse Marr</p>", "https://x.test/")
+    assert plain.facts_from == "text" and plain.facts[1] == {"label": "Architect", "value": "Ilse Marr"}
+
+
+def test_world_pages_carry_their_facts_in_every_window(small_world: Path) -> None:
+    store = PageStore.from_world(small_world)
+    browser = PageBrowser(store, max_chars=200)
+    for page in store.pages[:25]:
+        obs = browser(url=page.url)
+        assert obs.ok and obs.data["facts_from"] == "table"
+        assert obs.data["facts"] == text_facts(page.text)  # the infobox and the Facts section agree
+        labels = [f["label"] for f in obs.data["facts"]]
+        assert labels[:2] == ["Type", "Category"]
+        nxt = obs.data["next_offset"]
+        if nxt is not None:  # paging still works and carries the same facts
+            more = browser(url=page.url, offset=nxt)
+            assert more.ok and more.data["offset"] == nxt and more.data["facts"] == obs.data["facts"]
+            assert page.text[nxt : nxt + 200] in more.text
+
+
+def test_page_without_html_reads_its_facts_from_text(store: PageStore) -> None:
+    facts_page = Page(url="https://world.local/wiki/oda", title="Oda", text="Oda\n\nFacts\nLength (km): 88")
+    obs = PageBrowser(PageStore([facts_page], "t"))(url=facts_page.url)
+    assert obs.data["facts"] == [{"label": "Length (km)", "value": "88"}] and obs.data["facts_from"] == "text"
+    obs = PageBrowser(store)(url=PAGES[0].url)
+    assert obs.ok and obs.data["facts"] == [] and obs.data["facts_from"] == "none"

@@ -23,11 +23,11 @@ from orchestra.agent.refs import (
     Ref,
     ReferenceError_,
     find_refs,
-    format_value,
     missing_refs,
     substitute,
 )
 from orchestra.schemas import Delegate, Finish, SubTask
+from orchestra.text import format_value
 
 ROOT = Path(__file__).resolve().parents[1]
 

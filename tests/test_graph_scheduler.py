@@ -9,7 +9,8 @@ import pytest
 from orchestra.agent.graph import GraphError, TaskGraph, check_nodes, natural_key
 from orchestra.agent.memory import Evidence, EvidenceStore
 from orchestra.agent.scheduler import Limits, NodeInputs, measure_overhead, run_graph
-from orchestra.backends.base import SubResult
+from orchestra.backends.base import BackendError, SubResult
+from orchestra.backends.chat import LMError
 from orchestra.config import AgentParams
 from orchestra.schemas import SubTask
 
@@ -150,21 +151,39 @@ def test_failures_are_recorded_retried_and_dependants_skipped() -> None:
     async def runner(task: SubTask, inputs: NodeInputs) -> SubResult:
         calls[task.id] = calls.get(task.id, 0) + 1
         if task.id == "E1":
-            raise RuntimeError("backend crashed")
+            raise BackendError("backend crashed")
         if task.id == "E2":
             return SubResult(ok=False, error="nothing found", input_tokens=5, cost=0.1)
         if task.id == "E4" and inputs.attempt == 1:
-            raise ConnectionError("flaky")
+            raise LMError("flaky")
         return SubResult(value=task.id, input_tokens=10)
 
     nodes = [node("E1"), node("E2"), node("E3", "E1"), node("E4"), node("E5", "E3")]
     ev = {e.id: e for e in run(run_graph(nodes, runner, Limits(max_retries=2)))}
-    assert ev["E1"].status == "failed" and "RuntimeError: backend crashed" in (ev["E1"].error or "")
+    assert ev["E1"].status == "failed" and "BackendError: backend crashed" in (ev["E1"].error or "")
     assert calls["E1"] == 3 and ev["E1"].attempts == 3
     assert ev["E2"].status == "failed" and ev["E2"].input_tokens == 15 and ev["E2"].cost == pytest.approx(0.3)
     assert ev["E3"].status == "skipped" and "E1" in (ev["E3"].error or "") and "E3" not in calls
     assert ev["E5"].status == "skipped" and "E5" not in calls
     assert ev["E4"].ok and ev["E4"].attempts == 2 and ev["E4"].input_tokens == 10
+
+
+@pytest.mark.parametrize("bug", [KeyError("field"), TypeError("bad operand"), RuntimeError("boom")])
+def test_a_bug_in_a_runner_propagates_instead_of_becoming_failed_evidence(bug: Exception) -> None:
+    started: list[str] = []
+
+    async def runner(task: SubTask, inputs: NodeInputs) -> SubResult:
+        started.append(task.id)
+        if task.id == "E2":
+            raise bug
+        await asyncio.sleep(0.01 if task.id == "E1" else 5)
+        return SubResult(value=task.id)
+
+    t = time.perf_counter()
+    with pytest.raises(type(bug), match=str(bug.args[0])):
+        run(run_graph([node("E1"), node("E2"), node("E3")], runner, Limits(max_parallel=3, max_retries=2)))
+    assert started.count("E2") == 1  # a bug is not retried
+    assert time.perf_counter() - t < 2.0  # the slow sibling was cancelled, not awaited
 
 
 def test_timeouts_are_recorded_and_retried() -> None:

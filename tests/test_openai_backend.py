@@ -14,7 +14,8 @@ from orchestra.agent.serve import ModelResponder, ScriptedResponder, start_serve
 from orchestra.agent.state import OrchestraState
 from orchestra.agent.systems import Environment, builtin_backends, run_task_sync
 from orchestra.backends.base import SubTaskInput
-from orchestra.backends.openai_backend import LMError, OpenAIBackend, OpenAIClient
+from orchestra.backends.chat import LMError
+from orchestra.backends.openai_backend import OpenAIBackend, OpenAIClient
 from orchestra.config import AgentParams
 from orchestra.schemas import Delegate, Finish, SubTask, Task, read_tasks_json
 from orchestra.tools.registry import default_registry
@@ -22,12 +23,8 @@ from orchestra.tools.registry import default_registry
 
 @pytest.fixture(scope="module")
 def tools(small_world: Path):  # type: ignore[no-untyped-def]
-    reg = default_registry(small_world)
-    yield reg
-    for t in reg:
-        close = getattr(t, "close", None)
-        if callable(close):
-            close()
+    with default_registry(small_world) as reg:
+        yield reg
 
 
 def _page(small_world: Path) -> dict[str, str]:
@@ -260,7 +257,10 @@ def test_openai_backend_from_params_in_the_pool(small_world: Path, tools) -> Non
 
 
 def test_serve_command_answers_on_loopback(tmp_path: Path) -> None:
-    """`orchestra serve --script` as a real process: /v1/models and a chat completion over HTTP."""
+    """`orchestra serve --script` as a real process: /v1/models and a chat completion over HTTP, then a
+    clean exit on SIGTERM; the server installs its own handler, so an ignored SIGTERM inherited from
+    whatever ran before in this process (an in-process Dagster run) cannot leave it unkillable."""
+    import select
     import subprocess
     import sys
 
@@ -269,17 +269,24 @@ def test_serve_command_answers_on_loopback(tmp_path: Path) -> None:
     code = "from orchestra.agent.cli import app; app()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--script", str(script), "--port", "0", "--name", "demo"],
+        stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stderr is not None
     try:
-        line = proc.stderr.readline()  # "serving demo at http://127.0.0.1:PORT/v1"
-        url = line.strip().rsplit(" ", 1)[-1]
+        ready = select.select([proc.stderr], [], [], 60)[0]
+        line = proc.stderr.readline() if ready else "(nothing within 60 s)"
+        url = line.strip().rsplit(" ", 1)[-1]  # "serving demo at http://127.0.0.1:PORT/v1"
         assert line.startswith("serving demo at http://127.0.0.1:"), line
         models = json.loads(urllib.request.urlopen(url + "/models", timeout=5).read())
         assert models["data"][0]["id"] == "demo"
         res = OpenAIClient(url, "demo", timeout_s=5).chat([{"role": "user", "content": "hi"}])
         assert res.content == "hello from the script" and res.prompt_tokens == 1
-    finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stderr.close()

@@ -39,7 +39,7 @@ def test_oracle_answers_world_seed_tasks(tasks: list[Task], env: Environment) ->
     """>= 95 % gold answers; every miss is a tool miss (a perception read differently from the truth)."""
     correct, misses = 0, []
     for task in tasks:
-        traj = run_task_sync(task, "orchestra", oracle_for(task, "orchestra", env.backends, env.agent), env)
+        traj = run_task_sync(task, "orchestra", oracle_for(task, "orchestra", env.agent), env)
         if traj.answer == task.answer:
             correct += 1
             continue
@@ -65,8 +65,8 @@ def test_oracle_reads_no_values_or_answers(tasks: list[Task], env: Environment) 
             "solution_program": [s.model_copy(update={"value": None}) for s in task.solution_program or []],
         }
     )
-    a = run_task_sync(task, "orchestra", oracle_for(task, "orchestra", env.backends, env.agent), env)
-    b = run_task_sync(blind, "orchestra", oracle_for(blind, "orchestra", env.backends, env.agent), env)
+    a = run_task_sync(task, "orchestra", oracle_for(task, "orchestra", env.agent), env)
+    b = run_task_sync(blind, "orchestra", oracle_for(blind, "orchestra", env.agent), env)
     assert a.answer == b.answer == task.answer
     assert [s.raw_output for s in a.steps] == [s.raw_output for s in b.steps]
 
@@ -78,7 +78,7 @@ def test_oracle_decision_structure(tasks: list[Task], env: Environment) -> None:
     state = OrchestraState(
         question=task.question, modal_inputs=task.omni_modal_input, backends=env.backends.cards()
     )
-    d = OraclePolicy(task, env.backends, env.agent, mode="dag").decide(state)
+    d = OraclePolicy(task, env.agent, mode="dag").decide(state)
     assert isinstance(d, Delegate)
     by_id = {st.id: st for st in d.subtasks}
     assert [st.depends_on for st in d.subtasks] == [[], ["E1"], ["E2"], [], ["E3", "E4"]]
@@ -86,7 +86,7 @@ def test_oracle_decision_structure(tasks: list[Task], env: Environment) -> None:
     assert by_id["E5"].goal.startswith("compute ") and by_id["E5"].tools == ["code_executor"]
     assert by_id["E1"].modalities and by_id["E1"].modalities[0].startswith("M")
     assert by_id["E2"].backend == "web_expert" and by_id["E5"].backend == "code_expert"
-    waves = OraclePolicy(task, env.backends, env.agent, mode="waves").decide(state)
+    waves = OraclePolicy(task, env.agent, mode="waves").decide(state)
     assert isinstance(waves, Delegate) and [st.id for st in waves.subtasks] == ["E1", "E2"]
     assert [st.goal for st in waves.subtasks] == [by_id["E1"].goal, by_id["E4"].goal]
 
@@ -100,7 +100,7 @@ def test_oracle_redelegates_a_failed_step_then_gives_up(tasks: list[Task], env: 
     agent = AgentParams(max_retries=0)
     broken = BackendRegistry([BuiltinExpert(n, b.skills) for n, b in ((b.name, b) for b in env.backends)])
     e2 = Environment(tools=env.tools, backends=broken, agent=agent, media_root=Path("/nonexistent"))
-    traj = run_task_sync(task, "orchestra", OraclePolicy(task, broken, agent), e2)
+    traj = run_task_sync(task, "orchestra", OraclePolicy(task, agent), e2)
     assert traj.answer == "unknown"
     assert isinstance(traj.steps[-1].decision, Finish) and len(traj.steps) == 3
     assert all(e.status != "ok" for e in evidence_of(traj) if e.id in ("E1", "E4"))

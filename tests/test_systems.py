@@ -13,7 +13,7 @@ import pytest
 from orchestra.agent.decision import MaestroSearch, parse_decision
 from orchestra.agent.policies import ScriptedPolicy, oracle_for
 from orchestra.agent.state import OrchestraState, render_state
-from orchestra.agent.systems import Environment, evidence_of, run_task_sync, state_budget
+from orchestra.agent.systems import Environment, evidence_of, run_task_sync
 from orchestra.backends.base import Backend, BackendRegistry, SubResult, SubTaskInput
 from orchestra.backends.goals import PERCEPTIONS, GoalError, match_field, parse_goal, perception_goal
 from orchestra.schemas import (
@@ -65,7 +65,7 @@ def branchy(small_world: Path) -> Task:
 
 
 def _run(task: Task, system: str, env: Environment) -> Trajectory:
-    return run_task_sync(task, system, oracle_for(task, system, env.backends, env.agent), env)  # type: ignore[arg-type]
+    return run_task_sync(task, system, oracle_for(task, system, env.agent), env)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("system", ["orchestra", "linear", "react", "maestro"])
@@ -82,6 +82,8 @@ def test_every_system_answers_the_branchy_task(system: str, branchy: Task, env: 
         assert traj.steps[0].raw_output.startswith("<search> ")
         assert isinstance(parse_decision(traj.steps[0].raw_output, fmt="maestro"), MaestroSearch)
         assert "<answer>" in traj.steps[0].state_messages[0]["content"]
+        assert all(isinstance(s.decision, MaestroSearch) for s in traj.steps[:-1])  # stored as themselves
+        assert Trajectory.model_validate_json(traj.model_dump_json()) == traj
 
 
 def test_orchestra_overlaps_branches_and_linear_does_not(branchy: Task, env: Environment) -> None:
@@ -106,8 +108,11 @@ def test_trajectory_records_state_dag_timings_and_accounting(branchy: Task, env:
         tools=[t for t in _cards(env)],
         turn=0,
         max_turns=env.max_turns,
+        threshold=env.agent.sufficiency_threshold,
     )
-    assert first.state_messages == render_state(state, state_budget(state, env.agent.evidence_tokens))
+    budget, ev_budget = env.agent.state_tokens, env.agent.evidence_tokens
+    assert first.state_messages == render_state(state, budget, evidence_tokens=ev_budget)
+    assert OrchestraState.model_validate(first.state) == state  # the structured state, stored as it was
     assert isinstance(first.decision, Delegate) and isinstance(traj.steps[1].decision, Finish)
     assert "#E1" in traj.steps[1].state_messages[1]["content"]  # the evidence was in the next state
     for r in first.results:

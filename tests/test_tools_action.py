@@ -208,6 +208,8 @@ def test_parse_args() -> None:
     }
     with pytest.raises(ToolError):
         parse_args(["novalue"])
+    schema = WebSearch.input_schema  # query is a string, k an integer: 'query=2021' stays text
+    assert parse_args(["query=2021", "k=3"], schema) == {"query": "2021", "k": 3}
 
 
 def test_cli_lists_and_runs_every_kind_of_tool(world: Path, tmp_path: Path) -> None:

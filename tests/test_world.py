@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 from orchestra.config import WorldParams
 from orchestra.errors import WorldError
 from orchestra.schemas import ComputeStep, read_tasks_json
+from orchestra.text import format_value
 from orchestra.world import audio, generate_world, image
 from orchestra.world.cli import app
-from orchestra.world.program import format_value, safe_eval
+from orchestra.world.program import safe_eval
 from orchestra.world.replay import replay
 from orchestra.world.video import render_video
 

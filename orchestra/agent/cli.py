@@ -63,10 +63,9 @@ def answer(
     out: Path | None = typer.Option(None, "--out", "-o", help="also write the trajectory JSON to this file"),
 ) -> None:
     """Answer a question (or a world task) with a system and policy; print the answer and the trajectory."""
-    from orchestra.agent.lm_policy import LMPolicy
+    from orchestra.agent.lm_policy import LMPolicy, lm_policy
     from orchestra.agent.policies import Policy, ScriptedPolicy, oracle_for
     from orchestra.agent.systems import SYSTEMS, Environment, backend_pool, run_task_sync, system_format
-    from orchestra.backends.openai_backend import client_for
     from orchestra.config import Params, load_params
     from orchestra.schemas import ModalInput, Task, read_tasks_json
     from orchestra.tools.registry import default_registry
@@ -101,12 +100,12 @@ def answer(
         if policy == "oracle":
             if task_id is None:
                 raise OrchestraError("the oracle replays a world task's program: give --task and --world")
-            pol = oracle_for(task, system, backends, params.agent)
+            pol = oracle_for(task, system, params.agent)
         elif policy.startswith("script:"):
             lines = Path(policy[7:]).read_text(encoding="utf-8").splitlines()
             pol = ScriptedPolicy([x for x in lines if x.strip()], fmt=system_format(system))  # type: ignore[arg-type]
         elif policy in params.providers:
-            pol = LMPolicy(client_for(params.providers[policy]), fmt=system_format(system), name=policy)
+            pol = lm_policy(params.providers[policy], params.agent, fmt=system_format(system), name=policy)
         else:
             raise OrchestraError(
                 f"unknown policy {policy!r}: oracle, script:FILE or one of {sorted(params.providers)}"
@@ -124,10 +123,7 @@ def answer(
             else:
                 traj = run_task_sync(task, system, pol, env)  # type: ignore[arg-type]
         finally:
-            for t in tools:
-                close = getattr(t, "close", None)
-                if callable(close):
-                    close()
+            tools.close()
     except (OrchestraError, OSError) as e:
         raise fail(str(e)) from e
     text = json.dumps(traj.model_dump(mode="json"), ensure_ascii=False, indent=2)
@@ -154,25 +150,38 @@ def serve(
     name: str | None = typer.Option(None, "--name", help="model id reported by /v1/models"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
 ) -> None:
-    """Serve an OpenAI-compatible /v1/chat/completions on HOST:PORT until interrupted."""
-    from orchestra.agent.serve import ModelResponder, Responder, ScriptedResponder, start_server
+    """Serve an OpenAI-compatible /v1/chat/completions on HOST:PORT until SIGTERM or SIGINT (exit 0)."""
+    from orchestra.agent.serve import (
+        ModelResponder,
+        Responder,
+        ScriptedResponder,
+        Server,
+        StopServing,
+        start_server,
+        stop_on_signals,
+    )
 
+    stop_on_signals()  # first: an ignored SIGTERM inherited from the parent would make us unkillable
+    srv: Server | None = None
     try:
-        if (model is None) == (script is None):
-            raise OrchestraError("give exactly one of --model DIR or --script FILE")
-        responder: Responder
-        if model is not None:
-            from orchestra.backends.transformers_backend import TransformersChat
+        try:
+            if (model is None) == (script is None):
+                raise OrchestraError("give exactly one of --model DIR or --script FILE")
+            responder: Responder
+            if model is not None:
+                from orchestra.backends.transformers_backend import TransformersChat
 
-            responder = ModelResponder(TransformersChat(model, max_new_tokens), name or model.name)
-        else:
-            assert script is not None
-            responder = ScriptedResponder.from_jsonl(script, name or "scripted")
-        srv = start_server(responder, host, port)
-    except OrchestraError as e:
-        raise fail(str(e)) from e
-    typer.echo(f"serving {responder.model} at {srv.url}", err=True)
-    try:
-        srv.thread.join()
-    except KeyboardInterrupt:
-        srv.close()
+                responder = ModelResponder(TransformersChat(model, max_new_tokens), name or model.name)
+            else:
+                assert script is not None
+                responder = ScriptedResponder.from_jsonl(script, name or "scripted")
+            srv = start_server(responder, host, port)
+        except OrchestraError as e:
+            raise fail(str(e)) from e
+        typer.echo(f"serving {responder.model} at {srv.url}", err=True)
+        srv.wait()
+    except StopServing as e:
+        typer.echo(f"stopping on {e}", err=True)
+    finally:
+        if srv is not None:
+            srv.close()

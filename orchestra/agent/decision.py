@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestra.agent.graph import GraphError, check_nodes
-from orchestra.agent.refs import SUBTASK_ID_PATTERN, Ref, find_refs, format_value
+from orchestra.agent.refs import SUBTASK_ID_PATTERN, Ref, find_refs
 from orchestra.errors import OrchestraError
-from orchestra.schemas import Delegate, Finish, SubTask, brief
+from orchestra.schemas import Delegate, Finish, MaestroSearch, SubTask, brief
+from orchestra.text import format_value
 
 __all__ = [
     "Action",
@@ -87,17 +88,6 @@ class DecisionError(OrchestraError):
         self.error = error
 
 
-class MaestroSearch(BaseModel):
-    """Maestro's ``<search> Model@@Skill: Query </search>`` action."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["search"] = "search"
-    model: str = Field(min_length=1)
-    skill: str = Field(min_length=1)
-    query: str = Field(min_length=1)
-
-
 Action = Delegate | Finish | MaestroSearch
 
 
@@ -120,7 +110,7 @@ class ValidationContext:
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _MODAL = re.compile(r"#?(M[1-9][0-9]*)")
-_DEP = re.compile(r"#?(E[1-9][0-9]*)")
+_DEP = re.compile(rf"#?({SUBTASK_ID_PATTERN.pattern})")
 _TAG = re.compile(r"<(search|answer)>(.*?)(?:</\1>|\Z)", re.DOTALL)
 _SEARCH = re.compile(r"\s*([^\s@:]+)\s*@@\s*([^\s:]+)\s*:\s*(.*?)\s*\Z", re.DOTALL)
 

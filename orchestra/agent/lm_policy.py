@@ -6,10 +6,11 @@ from collections.abc import Sequence
 
 from orchestra.agent.decision import Action, DecisionError, ErrorKind, Format, ParseError, parse_decision
 from orchestra.agent.policies import Policy, PolicyReply
-from orchestra.agent.state import OrchestraState, render_state, validation_context
-from orchestra.backends.openai_backend import ChatClient, LMError
+from orchestra.agent.state import OrchestraState, Style, validation_context
+from orchestra.backends.chat import ChatClient, LMError, client_for
+from orchestra.config import AgentParams, ProviderSpec
 
-__all__ = ["LMPolicy"]
+__all__ = ["LMPolicy", "lm_policy"]
 
 
 class LMPolicy(Policy):
@@ -17,7 +18,10 @@ class LMPolicy(Policy):
     validity in the state), and on a bad output asks again with the problem named, at most
     ``max_retries`` extra times. A transport failure (timeout, HTTP error, non-JSON body) counts as
     an attempt too. ``respond`` returns the last raw output with its error when every attempt failed,
-    so the system records an invalid decision instead of crashing."""
+    so the system records an invalid decision instead of crashing.
+
+    States are counted with the client's tokenizer and fit its context (see :class:`Policy`);
+    ``agent`` gives the budgets when :meth:`decide` renders a state itself."""
 
     blocking = True
 
@@ -26,15 +30,21 @@ class LMPolicy(Policy):
         client: ChatClient,
         *,
         fmt: Format = "json",
+        style: Style = "verbose",
         max_retries: int = 2,
         name: str = "lm",
-        state_tokens: int = 2048,
+        agent: AgentParams | None = None,
     ) -> None:
-        self.client, self.fmt, self.max_retries, self.name = client, fmt, max_retries, name
-        self.state_tokens = state_tokens
+        self.client, self.fmt, self.style = client, fmt, style
+        self.max_retries, self.name = max_retries, name
+        self.agent = agent or AgentParams()
+        self.context_tokens = client.context_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self.client.count_tokens(text)
 
     def decide(self, state: OrchestraState) -> Action:
-        reply = self.respond(state, render_state(state, self.state_tokens, fmt=self.fmt))
+        reply = self.respond(state, self.render(state, self.agent))
         if reply.action is None:
             raise DecisionError(ParseError(kind=ErrorKind.BAD_FORMAT, reason=reply.error or "no decision"))
         return reply.action
@@ -74,3 +84,10 @@ class LMPolicy(Policy):
             output_tokens=tout,
             attempts=self.max_retries + 1,
         )
+
+
+def lm_policy(spec: ProviderSpec, agent: AgentParams, *, fmt: Format = "json", name: str = "lm") -> LMPolicy:
+    """The LM policy of a provider: its chat client capped at ``agent.decision_tokens`` (unless the
+    provider sets ``max_new_tokens``), rendered in the provider's ``state_style``."""
+    client = client_for(spec, agent.decision_tokens)
+    return LMPolicy(client, fmt=fmt, style=spec.state_style, name=name, agent=agent)

@@ -10,9 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestra.agent.refs import ReferenceError_, format_value
+from orchestra.agent.refs import next_subtask_id
 from orchestra.backends.base import SubResult, ToolCall
 from orchestra.errors import OrchestraError
+from orchestra.text import ValueFormatError, count_tokens, format_value
 
 __all__ = [
     "STOPWORDS",
@@ -23,7 +24,6 @@ __all__ = [
     "TokenCounter",
     "compress",
     "content_words",
-    "count_tokens",
     "fresh",
     "relevance",
     "render_evidence",
@@ -34,7 +34,6 @@ __all__ = [
 Status = Literal["ok", "failed", "timeout", "skipped"]
 TokenCounter = Callable[[str], int]
 
-_TOKEN = re.compile(r"\w+|[^\w\s]")
 _WORD = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
     "a an and are as at be by did do does for from had has have how in is it its of on or that the "
@@ -48,11 +47,6 @@ def fresh(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return copy.deepcopy(value)
-
-
-def count_tokens(text: str) -> int:
-    """Deterministic token count: every run of word characters and every other non-space char is one."""
-    return len(_TOKEN.findall(text))
 
 
 def content_words(text: str) -> set[str]:
@@ -158,8 +152,7 @@ class EvidenceStore:
 
     def next_id(self) -> str:
         """The first unused id E<n> after the largest one stored."""
-        nums = [int(i[1:]) for i in self._items if re.fullmatch(r"E[1-9][0-9]*", i)]
-        return f"E{max(nums, default=0) + 1}"
+        return next_subtask_id(self._items)
 
     def __contains__(self, evidence_id: object) -> bool:
         return evidence_id in self._items
@@ -183,7 +176,7 @@ def render_evidence(e: Evidence, max_chars: int = 300) -> str:
         return f"{head} -> error: {_short(e.error or 'unknown', max_chars)}"
     try:
         value = "" if e.value is None else format_value(e.value)
-    except ReferenceError_:
+    except ValueFormatError:
         value = ""
     claim = _short(e.claim, max_chars)
     if value and value not in claim:
@@ -217,8 +210,9 @@ def compress(
     *,
     needed: Collection[str] = (),
     counter: TokenCounter = count_tokens,
+    line: Callable[[Evidence], str] = render_evidence,
 ) -> list[Evidence]:
-    """The most relevant evidence whose rendered lines fit ``budget_tokens``, in original order.
+    """The most relevant evidence whose rendered lines (``line``) fit ``budget_tokens``, in original order.
 
     Greedy by :func:`relevance` (``latest_turn`` = the largest turn present; ties: earlier evidence
     first): each item is kept if its line still fits, otherwise skipped so smaller items may fit.
@@ -229,7 +223,7 @@ def compress(
     keep: set[int] = set()
     used = 0
     for i in ranked:
-        cost = counter(render_evidence(evidence[i]))
+        cost = counter(line(evidence[i]))
         if used + cost <= budget_tokens:
             keep.add(i)
             used += cost

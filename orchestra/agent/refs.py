@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestra.errors import OrchestraError
+from orchestra.text import ValueFormatError, format_value
 
 __all__ = [
     "REF_PATTERN",
@@ -17,9 +16,9 @@ __all__ = [
     "Ref",
     "ReferenceError_",
     "find_refs",
-    "format_value",
     "missing_refs",
     "modal_key",
+    "next_subtask_id",
     "ref_keys",
     "substitute",
 ]
@@ -56,6 +55,12 @@ def modal_key(index0: int) -> str:
     return f"M{index0 + 1}"
 
 
+def next_subtask_id(ids: Iterable[str]) -> str:
+    """The first id E<n> after the largest one in ``ids`` (others are ignored): E1 for none."""
+    nums = [int(i[1:]) for i in ids if SUBTASK_ID_PATTERN.fullmatch(i)]
+    return f"E{max(nums, default=0) + 1}"
+
+
 def find_refs(text: str) -> list[Ref]:
     """Every distinct reference in ``text``, in order of first appearance."""
     seen: dict[Ref, None] = {}
@@ -88,38 +93,6 @@ def missing_refs(
     return bad
 
 
-def format_value(value: Any, *, code: bool = False) -> str:
-    """A value as text, canonically.
-
-    Integers (and integral floats) print without a decimal point, other floats with up to 10
-    significant digits, booleans as ``true``/``false`` (``True``/``False`` in code), lists joined
-    with ``", "`` (a Python list literal in code), dicts as sorted JSON. In code mode strings are
-    quoted as Python literals so ``#E1 * 2`` or ``len(#E2)`` stays a valid expression.
-    """
-    if isinstance(value, bool):
-        return repr(value) if code else str(value).lower()
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            if code:
-                return f"float({str(value)!r})"
-            return str(value)
-        if value.is_integer() and abs(value) < 1e16:
-            return str(int(value))
-        return format(value, ".10g")
-    if isinstance(value, str):
-        return repr(value) if code else value
-    if isinstance(value, list | tuple):
-        parts = [format_value(v, code=code) for v in value]
-        return "[" + ", ".join(parts) + "]" if code else ", ".join(parts)
-    if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    if value is None:
-        raise ReferenceError_("a reference resolves to no value (None)")
-    return repr(value) if code else str(value)
-
-
 def substitute(text: str, values: Mapping[str, Any], *, code: bool = False) -> str:
     """Replace every ``#M<n>``/``#E<n>`` in ``text`` with ``values['M<n>']``/``values['E<n>']``.
 
@@ -133,7 +106,7 @@ def substitute(text: str, values: Mapping[str, Any], *, code: bool = False) -> s
             raise ReferenceError_(f"#{key} does not exist yet (known: {known})")
         try:
             return format_value(values[key], code=code)
-        except ReferenceError_ as e:
+        except ValueFormatError as e:
             raise ReferenceError_(f"#{key}: {e}") from e
 
     return REF_PATTERN.sub(repl, text)

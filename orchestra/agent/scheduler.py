@@ -13,6 +13,7 @@ from orchestra.agent.memory import Evidence, EvidenceStore, Status, fresh
 from orchestra.agent.refs import ReferenceError_, substitute
 from orchestra.backends.base import SubResult
 from orchestra.config import AgentParams
+from orchestra.errors import OrchestraError
 from orchestra.schemas import SubTask
 
 __all__ = ["Limits", "NodeInputs", "Runner", "measure_overhead", "run_graph"]
@@ -61,7 +62,8 @@ class NodeInputs:
     attempt: int = 1
 
 
-#: ``runner(subtask_with_resolved_goal, inputs) -> SubResult``; may raise or return ``ok=False``.
+#: ``runner(subtask_with_resolved_goal, inputs) -> SubResult``; fails by returning ``ok=False`` or
+#: raising an OrchestraError (BackendError, LMError, ToolError, ...). Anything else it raises is a bug.
 Runner = Callable[[SubTask, NodeInputs], Awaitable[SubResult]]
 
 
@@ -162,7 +164,7 @@ class _Run:
             except TimeoutError:
                 status, error = "timeout", f"attempt {attempt} timed out after {self.limits.timeout_s:g}s"
                 continue
-            except Exception as e:  # noqa: BLE001 - a failing sub-agent is recorded, never crashes the run
+            except OrchestraError as e:  # a failing sub-agent is recorded; any other raise is a bug
                 status, error = "failed", f"attempt {attempt}: {type(e).__name__}: {e}"
                 continue
             calls += res.tool_calls
@@ -238,8 +240,10 @@ async def run_graph(
     Nodes start as soon as their dependencies succeeded and a slot is free (``limits.max_parallel``;
     1 = the linear baseline), in topological order, while their ``est_cost`` fits the remaining
     ``limits.cost_budget`` (reserved at start, replaced by the actual cost when done). Each attempt
-    gets ``limits.timeout_s``; a raise, a timeout or ``ok=False`` is retried up to
-    ``limits.max_retries`` times, then recorded as ``failed``/``timeout``. Dependants of a node that
+    gets ``limits.timeout_s``; an OrchestraError raised, a timeout or ``ok=False`` is retried up to
+    ``limits.max_retries`` times, then recorded as ``failed``/``timeout``. Any other exception a
+    runner raises (KeyError, TypeError, ...) is a bug, not a failed sub-task: it propagates out of
+    ``run_graph`` and the nodes still running are cancelled. Dependants of a node that
     did not succeed, and nodes that can never fit the budget, are recorded as ``skipped``.
     ``prior`` holds evidence from earlier turns (dependencies on it count as met when ok);
     ``#M<n>``/``#E<n>`` in goals are substituted from ``modal_values``, ok prior evidence and the

@@ -2,45 +2,72 @@
 
 Responders:
 
-- :class:`ModelResponder` answers with a :class:`~orchestra.backends.openai_backend.ChatClient`
+- :class:`ModelResponder` answers with a :class:`~orchestra.backends.chat.ChatClient`
   (e.g. a local transformers model directory).
 - :class:`ScriptedResponder` replays a JSONL script, one reply per request, for protocol tests.
   Each line is an object with any of ``content`` (text), ``tool_calls`` (``[{"name", "arguments"}]``,
   arguments an object or a JSON string), ``delay_s`` (sleep before answering), ``status`` (an HTTP
   error status to answer with) and ``raw`` (a body sent verbatim instead of JSON — garbage). The
   requests it received are kept in ``requests`` (tests check the tool-call round trip with them).
+
+A request with ``"stream": true`` gets the finished reply as OpenAI server-sent events
+(``text/event-stream``, chunked): a role chunk, the content in word pieces, each tool call (id and name,
+then its arguments), a ``finish_reason`` chunk, a usage chunk when ``stream_options.include_usage`` is
+true, then ``data: [DONE]``. Errors and ``raw`` replies are never streamed: they keep their status and
+body. :func:`stop_on_signals` makes SIGTERM and SIGINT stop a server blocked in :meth:`Server.wait`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import signal
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import FrameType
 from typing import Any, Protocol
 
-from orchestra.backends.goals import count_tokens
-from orchestra.backends.openai_backend import ChatClient
+from orchestra.backends.chat import ChatClient
 from orchestra.errors import OrchestraError
+from orchestra.text import count_tokens
 
-__all__ = ["ModelResponder", "Reply", "Responder", "ScriptedResponder", "Server", "start_server"]
+__all__ = [
+    "ModelResponder",
+    "Reply",
+    "Responder",
+    "ScriptedResponder",
+    "Server",
+    "StopServing",
+    "start_server",
+    "stop_on_signals",
+]
 
 
 class ServeError(OrchestraError):
     """The server cannot start, or its script is unreadable."""
 
 
+class StopServing(BaseException):  # control flow like KeyboardInterrupt, not an OrchestraError
+    """Raised in the main thread by the handler :func:`stop_on_signals` installs; carries the signal name."""
+
+
 @dataclass
 class Reply:
-    """What the server sends for one request."""
+    """What the server sends for one request; ``completion`` is set for a chat completion it may stream."""
 
     status: int = 200
     body: bytes = b""
     delay_s: float = 0.0
+    completion: dict[str, Any] | None = None
+
+
+def _error(status: int, message: str, delay_s: float = 0.0) -> Reply:
+    return Reply(status, json.dumps({"error": {"message": message}}).encode(), delay_s)
 
 
 class Responder(Protocol):
@@ -49,7 +76,9 @@ class Responder(Protocol):
     def reply(self, request: Mapping[str, Any]) -> Reply: ...
 
 
-def _completion(model: str, request: Mapping[str, Any], content: str, calls: list[dict[str, Any]]) -> bytes:
+def _completion(
+    model: str, request: Mapping[str, Any], content: str, calls: list[dict[str, Any]], delay_s: float = 0.0
+) -> Reply:
     msg: dict[str, Any] = {"role": "assistant", "content": content or None}
     if calls:
         msg["tool_calls"] = [
@@ -78,7 +107,30 @@ def _completion(model: str, request: Mapping[str, Any], content: str, calls: lis
             "total_tokens": prompt + count_tokens(content or json.dumps(calls)),
         },
     }
-    return json.dumps(data).encode()
+    return Reply(200, json.dumps(data).encode(), delay_s, data)
+
+
+def _chunks(completion: Mapping[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects that stream ``completion`` (one choice)."""
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    msg = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return head | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in re.findall(r"\S*\s*", msg.get("content") or ""):
+        if piece:
+            yield chunk({"content": piece})
+    for i, call in enumerate(msg.get("tool_calls") or []):
+        fn = call["function"]
+        named = {"index": i, "id": call["id"], "type": "function"}
+        yield chunk({"tool_calls": [named | {"function": {"name": fn["name"], "arguments": ""}}]})
+        yield chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+    yield chunk({}, choice["finish_reason"])
+    if include_usage:
+        yield head | {"choices": [], "usage": completion["usage"]}
 
 
 @dataclass
@@ -105,19 +157,16 @@ class ScriptedResponder:
         with self._lock:
             self.requests.append(dict(request))
             if self._next >= len(self.script):
-                return Reply(500, json.dumps({"error": {"message": "reply script exhausted"}}).encode())
+                return _error(500, "reply script exhausted")
             item = self.script[self._next]
             self._next += 1
         delay = float(item.get("delay_s", 0.0))
         if "raw" in item:
             return Reply(int(item.get("status", 200)), str(item["raw"]).encode(), delay)
         if "status" in item and int(item["status"]) != 200:
-            body = json.dumps({"error": {"message": item.get("content", "scripted error")}}).encode()
-            return Reply(int(item["status"]), body, delay)
-        body = _completion(
-            self.model, request, str(item.get("content") or ""), list(item.get("tool_calls") or [])
-        )
-        return Reply(200, body, delay)
+            return _error(int(item["status"]), str(item.get("content", "scripted error")), delay)
+        content, calls = str(item.get("content") or ""), list(item.get("tool_calls") or [])
+        return _completion(self.model, request, content, calls, delay)
 
 
 @dataclass
@@ -131,7 +180,7 @@ class ModelResponder:
         messages: Sequence[Mapping[str, Any]] = request.get("messages") or []
         tools = [t.get("function", t) for t in request.get("tools") or []]
         res = self.client.chat(messages, tools or None)
-        return Reply(200, _completion(self.model, request, res.content, []))
+        return _completion(self.model, request, res.content, [])
 
 
 def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
@@ -151,36 +200,60 @@ def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(reply.body)
             except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout)
-                return
+                self.close_connection = True
+
+        def _stream(self, completion: Mapping[str, Any], include_usage: bool, delay_s: float) -> None:
+            """Server-sent events, chunked for HTTP/1.1 (an HTTP/1.0 client gets them until close)."""
+            if delay_s:
+                time.sleep(delay_s)
+            chunked = self.request_version != "HTTP/1.0"
+            events = [b"data: %s\n\n" % json.dumps(c).encode() for c in _chunks(completion, include_usage)]
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                for event in [*events, b"data: [DONE]\n\n"]:
+                    self.wfile.write(b"%X\r\n%s\r\n" % (len(event), event) if chunked else event)
+                if chunked:
+                    self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
 
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
             if self.path.rstrip("/") == "/v1/models":
-                body = {
-                    "object": "list",
-                    "data": [{"id": responder.model, "object": "model", "owned_by": "orchestra"}],
-                }
-                self._send(Reply(200, json.dumps(body).encode()))
+                model = {"id": responder.model, "object": "model", "created": 0, "owned_by": "orchestra"}
+                self._send(Reply(200, json.dumps({"object": "list", "data": [model]}).encode()))
             else:
-                self._send(Reply(404, b'{"error": {"message": "not found"}}'))
+                self._send(_error(404, "not found"))
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
             if self.path.rstrip("/") != "/v1/chat/completions":
-                self._send(Reply(404, b'{"error": {"message": "not found"}}'))
+                self._send(_error(404, "not found"))
                 return
             try:
                 request = json.loads(raw)
                 if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
                     raise ValueError("body needs a 'messages' list")
             except (json.JSONDecodeError, ValueError) as e:
-                self._send(Reply(400, json.dumps({"error": {"message": f"bad request: {e}"}}).encode()))
+                self._send(_error(400, f"bad request: {e}"))
                 return
             try:
                 reply = responder.reply(request)
             except OrchestraError as e:
-                reply = Reply(500, json.dumps({"error": {"message": str(e)}}).encode())
-            self._send(reply)
+                reply = _error(500, str(e))
+            if request.get("stream") is True and reply.status == 200 and reply.completion is not None:
+                options = request.get("stream_options")
+                usage = isinstance(options, dict) and options.get("include_usage") is True
+                self._stream(reply.completion, usage, reply.delay_s)
+            else:
+                self._send(reply)
 
     return Handler
 
@@ -206,8 +279,15 @@ class Server:
         self.thread.start()
         return self
 
+    def wait(self) -> None:
+        """Block until the serving thread ends, or until :func:`stop_on_signals`' handler interrupts it."""
+        while self.thread.is_alive():
+            time.sleep(0.2)
+
     def close(self) -> None:
-        self.httpd.shutdown()
+        """Stop serving and close the listening socket (idempotent)."""
+        if self.thread.is_alive():
+            self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=5)
 
@@ -221,3 +301,17 @@ class Server:
 def start_server(responder: Responder, host: str = "127.0.0.1", port: int = 0) -> Server:
     """Start serving ``responder`` in a background thread (port 0: a free port)."""
     return Server(responder, host, port).start()
+
+
+def stop_on_signals(signums: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    """Make each of ``signums`` raise :class:`StopServing` in the main thread, whatever disposition was
+    inherited (an ignored SIGTERM survives fork and exec). The first one restores their defaults, so a
+    second signal during shutdown ends the process at once. Call it from the main thread."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for s in signums:
+            signal.signal(s, signal.SIG_DFL)
+        raise StopServing(signal.Signals(signum).name)
+
+    for s in signums:
+        signal.signal(s, handler)

@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.agent.decision import Format, ValidationContext
-from orchestra.agent.memory import Evidence, TokenCounter, compress, count_tokens, render_evidence
+from orchestra.agent.memory import Evidence, TokenCounter, compress, render_evidence
 from orchestra.agent.refs import modal_key
 from orchestra.backends.base import BackendCard
+from orchestra.backends.goals import goal_phrases
 from orchestra.errors import OrchestraError
 from orchestra.schemas import ModalInput
+from orchestra.text import count_tokens, format_value
 from orchestra.tools.base import Tool
 
 __all__ = [
+    "STYLES",
     "ContextBudgetError",
     "HistoryItem",
     "OrchestraState",
+    "Style",
     "ToolCard",
     "history_from_evidence",
+    "compact_system",
+    "render_evidence_compact",
     "render_state",
     "system_prompt",
     "validation_context",
 ]
+
+
+Style = Literal["verbose", "compact"]
+STYLES: tuple[Style, ...] = ("verbose", "compact")
 
 
 class ContextBudgetError(OrchestraError):
@@ -129,15 +140,29 @@ to ask a backend (Model) to use one of its skills (Skill) on a query, or
 <answer>...</answer>
 with the final answer. Write #M1 for the first modal input and #E3 for the result of the third search instead of copying them."""  # noqa: E501
 
+_GRAMMAR_HEAD = (
+    "Goals the builtin experts execute, by skill (a backend runs the goals of the skills it has; "
+    "write the phrase exactly, filling <...>; #E<n> may stand for a value):"
+)
+
 
 def _pct(skills: Mapping[str, float]) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in sorted(skills.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _grammar_lines(backends: Sequence[BackendCard]) -> list[str]:
+    """The goal grammar for the skills the pool's builtin experts have (none: no builtin expert)."""
+    skills = {k for b in backends if b.kind == "builtin" for k in b.skills}
+    phrases = goal_phrases()
+    lines = [f"- {k}: " + " | ".join(phrases[k]) for k in sorted(skills) if k in phrases]
+    return [_GRAMMAR_HEAD, *lines] if lines else []
+
+
 def system_prompt(
     backends: Sequence[BackendCard], tools: Sequence[ToolCard], fmt: Format = "json", describe: bool = True
 ) -> str:
-    """The system message: role, decision format, the backend pool and the tool pool (by name)."""
+    """The verbose system message: role, decision format, the backend pool, the tool pool and the goal
+    grammar of the pool's builtin experts (``describe=False`` drops descriptions, not the grammar)."""
     lines = [
         "You are the orchestrator. You never read images, audio or video yourself: you delegate "
         "sub-tasks to backends, read the evidence they return, and finish with the answer.",
@@ -153,10 +178,23 @@ def system_prompt(
             skills = f" [{_pct(t.skills)}]" if t.skills else ""
             desc = f" - {t.description}" if describe and t.description else ""
             lines.append(f"- {t.name}{skills}{desc}")
+    lines += _grammar_lines(backends)
     return "\n".join(lines)
 
 
-def _user(state: OrchestraState, evidence: Sequence[str], history: Sequence[str]) -> str:
+def compact_system(backends: Sequence[BackendCard], tools: Sequence[ToolCard], fmt: Format = "json") -> str:
+    """The compact system message for a small trained policy: names and numbers, no prose. One line
+    per backend (skills by level, price per call, seconds), then the tool names (JSON format only)."""
+    lines = ["json" if fmt == "json" else "maestro"]
+    for b in sorted(backends, key=lambda b: b.name):
+        skills = " ".join(f"{k} {v:g}" for k, v in sorted(b.skills.items(), key=lambda kv: (-kv[1], kv[0])))
+        lines.append(f"{b.name}: {skills} ${b.price_per_call:g} {b.latency_s:g}s")
+    if fmt == "json" and tools:
+        lines.append("tools: " + " ".join(sorted(t.name for t in tools)))
+    return "\n".join(lines)
+
+
+def _verbose_user(state: OrchestraState, evidence: Sequence[str], history: Sequence[str]) -> str:
     lines = [f"Question: {state.question}", "Modal inputs:"]
     lines += [f"#{modal_key(i)} {m.type} ({m.id})" for i, m in enumerate(state.modal_inputs)] or ["(none)"]
     lines += ["Evidence:", *(evidence or ["(none yet)"])]
@@ -168,6 +206,55 @@ def _user(state: OrchestraState, evidence: Sequence[str], history: Sequence[str]
     left = f" of {state.max_turns}" if state.max_turns else ""
     lines.append(f"Turn {state.turn + 1}{left}. Your decision:")
     return "\n".join(lines)
+
+
+def _short(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def render_evidence_compact(e: Evidence) -> str:
+    """``E1 ok vision_expert: <goal> = <value>`` or ``E2 failed web_expert: <goal> ! <error>``."""
+    head = f"{e.id} {e.status} {e.backend or '-'}: {_short(e.goal, 140)}"
+    if not e.ok:
+        return f"{head} ! {_short(e.error or 'unknown', 90)}"
+    value = "" if e.value is None else format_value(e.value)
+    return f"{head} = {_short(value, 90)}"
+
+
+def _compact_user(state: OrchestraState, evidence: Sequence[str], history: Sequence[str]) -> str:
+    lines = [f"Q {state.question}"]
+    if state.modal_inputs:
+        lines.append(" | ".join(f"{modal_key(i)} {m.type}" for i, m in enumerate(state.modal_inputs)))
+    lines += [*evidence, *history]
+    if state.sufficiency is not None and state.threshold is not None:
+        lines.append(f"S {state.sufficiency:.2f}/{state.threshold:.2f}")
+    lines.append(f"T{state.turn + 1}" + (f"/{state.max_turns}" if state.max_turns else ""))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Style:
+    system: Callable[[Sequence[BackendCard], Sequence[ToolCard], Format, bool], str]
+    user: Callable[[OrchestraState, Sequence[str], Sequence[str]], str]
+    evidence: Callable[[Evidence], str]
+    history: Callable[[Sequence[HistoryItem]], list[str]]
+
+
+_STYLES: dict[Style, _Style] = {
+    "verbose": _Style(
+        system=system_prompt,
+        user=_verbose_user,
+        evidence=render_evidence,
+        history=lambda hs: [h.render() for h in hs],
+    ),
+    "compact": _Style(  # sub-task history is the evidence itself; only invalid decisions add a line
+        system=lambda b, t, fmt, _describe: compact_system(b, t, fmt),
+        user=_compact_user,
+        evidence=render_evidence_compact,
+        history=lambda hs: [f"x {_short(h.note, 100)}" for h in hs if h.status == "invalid"],
+    ),
+}
 
 
 def _newest_fitting(costs: Sequence[int], room: int) -> int:
@@ -185,47 +272,59 @@ def render_state(
     budget_tokens: int,
     *,
     fmt: Format = "json",
+    style: Style = "verbose",
     counter: TokenCounter = count_tokens,
+    evidence_tokens: int | None = None,
 ) -> list[dict[str, str]]:
     """``[system, user]`` messages for ``state`` within ``budget_tokens`` (by ``counter``); deterministic.
 
-    The fixed part (system prompt, question, modal inputs) is measured first; if it alone exceeds
-    the budget, backend/tool descriptions are dropped, and if that is still too long
-    :class:`ContextBudgetError` is raised. The rest of the budget goes to the context and history:
-    the newest history entries that fit in a third are reserved, evidence is compressed into what is
-    left (:func:`~orchestra.agent.memory.compress`), then history takes any remainder. A final
-    check against ``counter`` on the whole text drops oldest history, then least relevant evidence.
+    ``style``: ``verbose`` (role, rules, descriptions and the goal grammar: for LLM policies) or
+    ``compact`` (names and numbers only: for a small trained policy). The fixed part (system
+    prompt, question, modal inputs) is measured first; if it alone exceeds the budget, backend/tool
+    descriptions are dropped, and if that is still too long :class:`ContextBudgetError` is raised.
+    The rest of the budget goes to the context and history: the newest history entries that fit in
+    a third are reserved, evidence is compressed into what is left, at most ``evidence_tokens``
+    (:func:`~orchestra.agent.memory.compress`), then history takes any remainder. A final check
+    against ``counter`` on the whole text drops oldest history, then least relevant evidence.
     """
-    system = system_prompt(state.backends, state.tools, fmt)
-    fixed = counter(system) + counter(_user(state, [], []))
+    if style not in _STYLES:
+        raise ValueError(f"unknown render style {style!r}; valid: {', '.join(STYLES)}")
+    st = _STYLES[style]
+    system = st.system(state.backends, state.tools, fmt, True)
+    fixed = counter(system) + counter(st.user(state, [], []))
     if fixed > budget_tokens:
-        system = system_prompt(state.backends, state.tools, fmt, describe=False)
-        fixed = counter(system) + counter(_user(state, [], []))
+        system = st.system(state.backends, state.tools, fmt, False)
+        fixed = counter(system) + counter(st.user(state, [], []))
     if fixed > budget_tokens:
         raise ContextBudgetError(
             f"the state needs {fixed} tokens without any evidence or history; budget is {budget_tokens}"
         )
     room = budget_tokens - fixed
-    hist_lines = [h.render() for h in state.history]
+    hist_lines = st.history(state.history)
     hist_cost = [counter(line) for line in hist_lines]
     reserved = _newest_fitting(hist_cost, room // 3)
-    evidence = compress(
-        state.question, state.context, room - sum(hist_cost[-reserved:] if reserved else []), counter=counter
-    )
-    room -= sum(counter(render_evidence(e)) for e in evidence)
+    ev_room = room - sum(hist_cost[-reserved:] if reserved else [])
+    if evidence_tokens is not None:
+        ev_room = min(ev_room, evidence_tokens)
+    evidence = compress(state.question, state.context, ev_room, counter=counter, line=st.evidence)
+    ev_lines = [st.evidence(e) for e in evidence]
+    room -= sum(counter(x) for x in ev_lines)
     n_hist = _newest_fitting(hist_cost, room)
     kept_hist = hist_lines[len(hist_lines) - n_hist :]
-    ev_lines = [render_evidence(e) for e in evidence]
     while True:
-        user = _user(state, ev_lines, kept_hist)
+        user = st.user(state, ev_lines, kept_hist)
         if counter(system) + counter(user) <= budget_tokens or not (kept_hist or ev_lines):
             break
         if kept_hist:
             kept_hist.pop(0)
         else:
             ranked = compress(
-                state.question, evidence, sum(counter(x) for x in ev_lines) - 1, counter=counter
+                state.question,
+                evidence,
+                sum(counter(x) for x in ev_lines) - 1,
+                counter=counter,
+                line=st.evidence,
             )
             evidence = ranked if len(ranked) < len(evidence) else evidence[:-1]
-            ev_lines = [render_evidence(e) for e in evidence]
+            ev_lines = [st.evidence(e) for e in evidence]
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

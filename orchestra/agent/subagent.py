@@ -29,6 +29,8 @@ class SubAgent:
     modal inputs to the sub-task's mask (or the ``#M<n>`` its goal names), and hands the backend a
     fresh :class:`SubTaskInput` — a deep copy, so sub-agents running in parallel share nothing
     mutable. ``force_backend`` makes every sub-task run on one backend (the ReAct baseline).
+    A sub-task fails by an ``ok=False`` result or an OrchestraError (an unknown backend or tool name,
+    a backend's LMError), which the scheduler records; anything else raised is a bug and propagates.
     """
 
     def __init__(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -12,7 +12,7 @@ from typing import Any, Literal
 from orchestra.agent.accounting import Ledger
 from orchestra.agent.decision import Format, MaestroSearch, search_to_delegate, validate_decision
 from orchestra.agent.graph import GraphError, TaskGraph
-from orchestra.agent.memory import Evidence, EvidenceStore, count_tokens, sufficiency
+from orchestra.agent.memory import Evidence, EvidenceStore, sufficiency
 from orchestra.agent.policies import Policy, PolicyReply
 from orchestra.agent.refs import ReferenceError_, find_refs, substitute
 from orchestra.agent.scheduler import Limits, run_graph
@@ -21,16 +21,15 @@ from orchestra.agent.state import (
     OrchestraState,
     ToolCard,
     history_from_evidence,
-    render_state,
-    system_prompt,
     validation_context,
 )
 from orchestra.agent.subagent import SubAgent
-from orchestra.backends.base import Backend, BackendCard, BackendRegistry
+from orchestra.backends.base import Backend, BackendRegistry
 from orchestra.backends.builtin import BuiltinExpert
 from orchestra.config import SKILLS, AgentParams, LatencySpec, PriceSpec, ProviderSpec
 from orchestra.errors import OrchestraError
 from orchestra.schemas import Delegate, Finish, Task, Trajectory, TrajectoryStep
+from orchestra.text import format_value
 from orchestra.tools.base import ToolRegistry
 
 __all__ = [
@@ -44,7 +43,6 @@ __all__ = [
     "run_react_lm",
     "run_task",
     "run_task_sync",
-    "state_budget",
     "system_format",
 ]
 
@@ -62,36 +60,6 @@ class Environment:
     media_root: Path | None = None
     max_turns: int = 8
     seed: int = 0
-    state_tokens: int | None = None  # render budget; default: fixed part + agent.evidence_tokens
-
-
-_PROMPT_TOKENS: dict[tuple[Any, ...], int] = {}
-
-
-def _prompt_tokens(backends: Sequence[BackendCard], tools: Sequence[ToolCard], fmt: Format) -> int:
-    """Tokens of the system prompt, memoised on the pool's content (it is the same every turn)."""
-    key = (
-        fmt,
-        tuple(
-            (b.name, b.description, b.price_per_call, b.latency_s, tuple(sorted(b.skills.items())))
-            for b in backends
-        ),
-        tuple((t.name, t.description, tuple(sorted(t.skills.items()))) for t in tools),
-    )
-    if key not in _PROMPT_TOKENS:
-        if len(_PROMPT_TOKENS) > 256:
-            _PROMPT_TOKENS.clear()
-        _PROMPT_TOKENS[key] = count_tokens(system_prompt(backends, tools, fmt))
-    return _PROMPT_TOKENS[key]
-
-
-def state_budget(state: OrchestraState, evidence_tokens: int, fmt: Format = "json") -> int:
-    """The render budget of a state: its fixed part (system prompt, question, modal inputs, headings;
-    the last three estimated from their sizes) plus ``evidence_tokens`` for the compressed evidence
-    c_t and half as much again for the history."""
-    fixed = _prompt_tokens(state.backends, state.tools, fmt)
-    fixed += count_tokens(state.question) + 12 * len(state.modal_inputs) + 40
-    return fixed + evidence_tokens + evidence_tokens // 2
 
 
 def system_format(system: System) -> Format:
@@ -156,7 +124,11 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
     """
     if system not in SYSTEMS:
         raise OrchestraError(f"unknown system {system!r}; valid: {', '.join(SYSTEMS)}")
-    fmt = system_format(system)
+    if policy.fmt != system_format(system):
+        raise OrchestraError(
+            f"system {system!r} reads {system_format(system)} decisions; "
+            f"policy {policy.name!r} writes {policy.fmt}"
+        )
     agent = env.agent
     limits = Limits.from_params(agent, linear=system in ("linear", "react"))
     force = react_agent(agent) if system == "react" else None
@@ -180,7 +152,6 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
     policy_s = 0.0
     answer: str | None = None
     error: str | None = None
-    budget: int | None = None
     render_s = 0.0
     stopped_by = "finish"
     score = 0.0
@@ -198,10 +169,8 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
             sufficiency=score if len(store) else None,
             threshold=agent.sufficiency_threshold,
         )
-        if budget is None:  # the fixed part does not change between turns
-            budget = env.state_tokens or state_budget(state, agent.evidence_tokens, fmt)
         tr = time.perf_counter()
-        messages = render_state(state, budget, fmt=fmt)
+        messages = policy.render(state, agent)
         tp = time.perf_counter()
         render_s += tp - tr
         reply: PolicyReply = (
@@ -213,7 +182,11 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
         policy_s += took
         ledger.record_policy(policy.name, reply.input_tokens, reply.output_tokens, took)
         step = TrajectoryStep(
-            index=turn, state_messages=messages, raw_output=reply.raw_output, latency_s=took
+            index=turn,
+            state_messages=messages,
+            state=state.model_dump(mode="json"),
+            raw_output=reply.raw_output,
+            latency_s=took,
         )
         steps.append(step)
         action = reply.action
@@ -232,11 +205,11 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
                 _invalid(step, history, turn, f"answer: {e}")
                 continue
             break
+        step.decision = action  # a Maestro search is stored as itself, run as a one-node delegate
         if isinstance(action, MaestroSearch):
             mods = [r.key for r in find_refs(action.query) if r.kind == "M"]
             action = search_to_delegate(action, store.next_id(), mods)
         assert isinstance(action, Delegate)
-        step.decision = action
         try:
             graph = TaskGraph(action.subtasks, external=store.ids())
         except GraphError as e:  # pragma: no cover - validate_decision checked the graph
@@ -341,8 +314,6 @@ async def run_react_lm(task: Task, backend: Backend, env: Environment, name: str
     total = ledger.total()
     answer = None
     if res.ok:
-        from orchestra.agent.refs import format_value
-
         answer = format_value(res.value)
     return Trajectory(
         task_id=str(task.id),

@@ -140,8 +140,9 @@ class Backend(ABC):
 
     The one abstract method is the coroutine :meth:`run`. Implementations with blocking work
     (tool programs, a local model) should push it to a thread with ``asyncio.to_thread`` so that
-    sub-tasks of one batch overlap in time. ``run`` may raise (OrchestraError, OSError, ...) or
-    return ``SubResult(ok=False, error=...)``; the scheduler records either as a failed attempt.
+    sub-tasks of one batch overlap in time. ``run`` may raise an OrchestraError or return
+    ``SubResult(ok=False, error=...)``; the scheduler records either as a failed attempt. Any other
+    exception is a bug and propagates out of the run.
     """
 
     kind: ClassVar[str] = "builtin"

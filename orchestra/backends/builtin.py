@@ -4,7 +4,7 @@ The goal grammar is documented in :mod:`orchestra.backends.goals`. An expert par
 checks it has the skill the goal needs (its skill vector, from ``params.agent.backends``) and was
 given the tool, then runs a short ReAct-style loop of tool calls (at most ``max_steps``): call the
 tool in a worker thread, read the value from the observation's structured ``data``, and either
-finish or take one more step (widen a search, read the next window of a page). No language model.
+finish or take one more step (widen a search). No language model.
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from orchestra.backends.base import Backend, SubResult, SubTaskInput, ToolCall
 from orchestra.backends.goals import (
     Goal,
     GoalError,
-    count_tokens,
     literal,
     match_field,
     parse_goal,
-    show,
     skill_registry,
 )
 from orchestra.config import BackendSpec
+from orchestra.text import count_tokens, format_value
 from orchestra.tools.base import Observation, Tool
 
 __all__ = ["BuiltinExpert", "ToolBox", "builtin_factory"]
@@ -36,7 +35,9 @@ class ToolBox:
     """One sub-agent's private tool access: the tools it was given, a step budget and its call log.
 
     ``call`` runs the blocking tool in a worker thread (so sub-agents of one batch overlap) and
-    records a :class:`ToolCall`; a tool never raises (failures are error observations)."""
+    records a :class:`ToolCall`. A tool's failure (and a bad argument) comes back as an error
+    observation; what a tool raises is a bug and propagates (see :class:`~orchestra.tools.base.Tool`).
+    A tool it was not given, or a used-up step budget, raises GoalError."""
 
     def __init__(self, tools: Sequence[Tool], max_steps: int) -> None:
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
@@ -143,7 +144,7 @@ class BuiltinExpert(Backend):
         value = spec.extract(obs.data, goal.meta.get("args", {}))
         return (
             value,
-            f"{spec.render(goal.meta.get('args', {}))} in #{goal.modal}: {show(value)}",
+            f"{spec.render(goal.meta.get('args', {}))} in #{goal.modal}: {format_value(value)}",
             [f"{modal.type}:{modal.id}"],
         )
 
@@ -163,18 +164,10 @@ class BuiltinExpert(Backend):
 
     async def _browse(self, goal: Goal, box: ToolBox) -> tuple[Any, str, list[str]]:
         url, key = goal.args["url"], goal.meta["field"]
-        offset, text = 0, ""
-        while True:
-            obs = await box.call("page_browser", {"url": url, **({"offset": offset} if offset else {})})
-            if not obs.ok:
-                raise _fail(obs)
-            body = obs.text.split("\n\n", 1)[1] if "\n\n" in obs.text else obs.text
-            text += body.split("\n[characters ", 1)[0]
-            nxt = obs.data.get("next_offset")
-            if nxt is None or box.steps_left <= 0:
-                break
-            offset = int(nxt)
-        label, raw = match_field(text, key)
+        obs = await box.call("page_browser", {"url": url})
+        if not obs.ok:
+            raise _fail(obs)
+        label, raw = match_field(obs.data["facts"], key)  # the whole page's facts, in every window
         value = literal(raw)
         return value, f"{url} lists {label}: {raw}", [url]
 
@@ -185,7 +178,7 @@ class BuiltinExpert(Backend):
         if obs.data.get("value") is None:
             raise GoalError("the expression produced no value")
         value = literal(obs.data["value"])
-        return value, f"{goal.meta['expression']} = {show(value)}", []
+        return value, f"{goal.meta['expression']} = {format_value(value)}", []
 
 
 def builtin_factory(name: str, spec: BackendSpec) -> BuiltinExpert:

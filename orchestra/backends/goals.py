@@ -11,6 +11,9 @@ substituted before the expert sees the goal):
   fact whose label matches ``<key>`` (``prep_minutes`` ~ ``Preparation time (min)``)
 - compute: ``compute <python expression>`` -> the value of the expression, run in the code sandbox
 
+:func:`goal_phrases` lists every phrase by skill (the verbose prompt shows it); a goal outside the
+grammar fails with the nearest accepted phrase named.
+
 :func:`parse_goal` turns a goal into a :class:`Goal` (which skill, which tool, which arguments, how
 to read the value from the tool's structured ``data``); :func:`perception_goal` and friends render
 goals, so the oracle policy and the experts share one grammar.
@@ -20,11 +23,14 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rapidfuzz import fuzz, process
+
 from orchestra.backends.perceptions import PERCEPTIONS, GoalError, PerceptionSpec
+from orchestra.tools.webpage import text_facts
 
 __all__ = [
     "ACTIONS",
@@ -34,12 +40,12 @@ __all__ = [
     "PerceptionSpec",
     "browse_goal",
     "compute_goal",
-    "count_tokens",
+    "goal_phrases",
+    "nearest_phrase",
     "match_field",
     "parse_goal",
     "perception_goal",
     "search_goal",
-    "show",
     "skill_registry",
     "skill_tools",
     "tool_skill_profiles",
@@ -81,6 +87,34 @@ def tool_skill_profiles() -> dict[str, dict[str, float]]:
         for t in tools:
             out.setdefault(t, {})[skill] = 1.0
     return out
+
+
+_ACTION_PHRASES: dict[str, str] = {
+    "search": 'search the wiki for the page titled "<title>"',
+    "browse": "browse <url> and read the field <field>",
+    "compute": "compute <python expression>",
+}
+
+
+def goal_phrases() -> dict[str, list[str]]:
+    """Skill -> the goal phrases a builtin expert with that skill executes, generated from the
+    grammar table (``<arg>`` marks a value to fill in, ``#M<n>`` a modal input): what the verbose
+    prompt shows an LLM orchestrator."""
+    out: dict[str, list[str]] = {}
+    for spec in PERCEPTIONS.values():
+        phrase = re.sub(r"\{(\w+)\}", r"<\1>", spec.phrase)
+        out.setdefault(spec.skill, []).append(f"{phrase} in #M<n>")
+    for kind, (skill, _) in ACTIONS.items():
+        out.setdefault(skill, []).append(_ACTION_PHRASES[kind])
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def nearest_phrase(goal: str) -> str:
+    """The accepted goal phrase closest to ``goal`` (token-set similarity over every phrase)."""
+    phrases = [p for ps in goal_phrases().values() for p in ps]
+    match = process.extractOne(" ".join(goal.split()).lower(), phrases, scorer=fuzz.token_set_ratio)
+    assert match is not None  # the table is never empty
+    return str(match[0])
 
 
 _SEARCH = re.compile(r'search the wiki for the page titled\s+"(?P<query>.*)"\s*', re.IGNORECASE | re.DOTALL)
@@ -160,9 +194,8 @@ def parse_goal(goal: str) -> Goal:
                 meta={"args": args},
             )
     raise GoalError(
-        f"goal {goal[:120]!r} is not in the builtin grammar: '<perception phrase> in #M<n>', "
-        "'search the wiki for the page titled \"...\"', 'browse <url> and read the field <key>', "
-        "'compute <expression>'"
+        f"goal {goal[:120]!r} is not in the builtin grammar; nearest accepted phrase: "
+        f"{nearest_phrase(goal)!r} (every phrase: orchestra.backends.goals.goal_phrases)"
     )
 
 
@@ -186,14 +219,15 @@ def _field_score(key: str, label: str) -> float:
     return hits / max(len(kt), 1) + 0.01 * hits / max(len(lt), 1)
 
 
-def match_field(text: str, key: str) -> tuple[str, str]:
-    """The ``(label, value)`` of the page's ``Facts`` line best matching field ``key``; GoalError if none."""
-    body = text.split("\nFacts\n", 1)[1] if "\nFacts\n" in text else text
-    facts = []
-    for line in body.splitlines():
-        label, sep, value = line.partition(":")
-        if sep and label.strip() and value.strip() and len(label) <= 60:
-            facts.append((label.strip(), value.strip()))
+def match_field(page_facts: Sequence[Mapping[str, Any]] | str, key: str) -> tuple[str, str]:
+    """The ``(label, value)`` of the page fact best matching field ``key``; GoalError if none does.
+
+    ``page_facts`` is what page_browser puts in ``data["facts"]`` (``[{"label", "value"}]``); a
+    ``str`` is a page's text, read with the browser's own text fallback
+    (:func:`orchestra.tools.webpage.text_facts`) for a caller that holds only text.
+    """
+    rows = text_facts(page_facts) if isinstance(page_facts, str) else page_facts
+    facts = [(str(f["label"]), str(f["value"])) for f in rows]
     if not facts:
         raise GoalError("the page has no 'Label: value' facts")
     scored = sorted(((_field_score(key, lab), i) for i, (lab, _) in enumerate(facts)), reverse=True)
@@ -216,18 +250,3 @@ def literal(value: Any) -> Any:
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return s
     return parsed if isinstance(parsed, int | float | str | list | tuple | bool) else s
-
-
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-
-
-def count_tokens(text: str) -> int:
-    """Deterministic token count (the same rule as ``orchestra.agent.memory.count_tokens``)."""
-    return len(_TOKEN.findall(text))
-
-
-def show(value: Any) -> str:
-    """A value in a claim: integral floats without '.0', everything else as ``str``."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)

@@ -9,52 +9,26 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from orchestra.backends.base import Backend, SubResult, SubTaskInput
 from orchestra.backends.builtin import ToolBox
+from orchestra.backends.chat import ChatClient, ChatResult, LMError, client_for
 from orchestra.backends.goals import GoalError, literal
 from orchestra.config import BackendSpec, LatencySpec, PriceSpec, ProviderSpec
-from orchestra.errors import OrchestraError
+from orchestra.text import count_tokens
 from orchestra.tools.base import Tool
 
-__all__ = [
-    "ChatClient",
-    "ChatResult",
-    "LMError",
-    "OpenAIBackend",
-    "OpenAIClient",
-    "client_for",
-    "openai_factory",
-]
-
-
-class LMError(OrchestraError):
-    """A model call failed: transport error, timeout, HTTP error status, or a malformed response."""
-
-
-@dataclass
-class ChatResult:
-    """One chat completion: text, tool calls ``[{id, name, arguments (raw JSON text)}]``, token usage."""
-
-    content: str = ""
-    tool_calls: list[dict[str, str]] = field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-
-
-class ChatClient(Protocol):
-    """Anything that completes a chat: the HTTP client, or a local transformers model."""
-
-    def chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
-    ) -> ChatResult: ...
+__all__ = ["OpenAIBackend", "OpenAIClient", "openai_factory"]
 
 
 class OpenAIClient:
-    """``POST {base_url}/chat/completions`` with retries on transport errors and 5xx answers."""
+    """``POST {base_url}/chat/completions`` with retries on transport errors and 5xx answers.
+
+    A remote model's tokenizer is unknown here: ``count_tokens`` is the regex counter and
+    ``context_tokens`` is None (the state budget alone bounds the prompt)."""
+
+    context_tokens: int | None = None
 
     def __init__(
         self,
@@ -71,6 +45,9 @@ class OpenAIClient:
         self.model, self.api_key = model, api_key
         self.timeout_s, self.max_retries = timeout_s, max_retries
         self.temperature, self.max_tokens = temperature, max_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return count_tokens(text)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Content-Type": "application/json"}
@@ -150,24 +127,6 @@ def _parse_completion(data: Mapping[str, Any], latency: float) -> ChatResult:
         completion_tokens=int(usage.get("completion_tokens") or 0),
         latency_s=latency,
     )
-
-
-def client_for(spec: ProviderSpec) -> ChatClient:
-    """A chat client for a provider: ``openai`` over HTTP, ``transformers`` from a local directory."""
-    if spec.kind == "openai":
-        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-        return OpenAIClient(
-            spec.base_url or "",
-            spec.model or "",
-            api_key=key,
-            timeout_s=spec.timeout_s,
-            max_retries=spec.max_retries,
-        )
-    if spec.kind == "transformers":
-        from orchestra.backends.transformers_backend import TransformersChat
-
-        return TransformersChat(spec.model or "")
-    raise LMError(f"provider kind {spec.kind!r} has no chat client here (use openai or transformers)")
 
 
 _SYSTEM = (

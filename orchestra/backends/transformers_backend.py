@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestra.backends.openai_backend import ChatResult, LMError
+from orchestra.backends.chat import ChatResult, LMError
 
 __all__ = ["TransformersChat"]
 
@@ -19,9 +19,11 @@ class TransformersChat:
     The prompt is the tokenizer's chat template when it has one, else ``role: content`` lines ending
     in ``assistant:``. Tool specs are described in the prompt, never parsed back: the reply is text
     (a policy parses its decision from it). Generation is serialised by a lock (one model, many threads).
+    ``count_tokens`` uses the model's tokenizer and ``context_tokens`` its ``max_position_embeddings``,
+    so a policy on this model renders its state in the tokens the model reads.
     """
 
-    def __init__(self, model_dir: str | Path, max_new_tokens: int = 128, seed: int = 0) -> None:
+    def __init__(self, model_dir: str | Path, max_new_tokens: int = 256, seed: int = 0) -> None:
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -36,6 +38,8 @@ class TransformersChat:
         except (OSError, ValueError) as e:
             raise LMError(f"{path}: cannot load a causal LM: {e}") from e
         self.model.eval()
+        ctx = getattr(self.model.config, "max_position_embeddings", None)
+        self.context_tokens: int | None = int(ctx) if isinstance(ctx, int) and ctx > 0 else None
         self.model_name = path.name
         self.max_new_tokens, self.seed = max_new_tokens, seed
         self._torch = torch
@@ -44,6 +48,9 @@ class TransformersChat:
     @property
     def model_id(self) -> str:
         return self.model_name
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _prompt(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None

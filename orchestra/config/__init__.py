@@ -127,6 +127,11 @@ class Params(_Section):
                 refs[f"agent.backends.{name}.provider"] = spec.provider
         if self.train.policy.provider != "tiny":
             refs["train.policy.provider"] = self.train.policy.provider
+        if self.agent.decision_tokens >= self.train.policy.max_length:
+            raise ValueError(
+                f"agent.decision_tokens ({self.agent.decision_tokens}) leaves the trained policy no room for "
+                f"a state: it must be below train.policy.max_length ({self.train.policy.max_length})"
+            )
         for key, name in refs.items():
             if name is not None and name not in self.providers:
                 raise ValueError(f"{key} = {name!r} is not a key of providers {sorted(self.providers)}")

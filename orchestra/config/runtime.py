@@ -119,8 +119,22 @@ class AgentParams(_Section):
         description="memory.sufficiency at which the loop ends: shown to the policy each turn, and once "
         "reached, an unusable decision or the last turn ends the run with the evidence's answer",
     )
+    state_tokens: int = Field(
+        3072,
+        ge=64,
+        le=1_048_576,
+        description="THE state budget: tokens a rendered state may take, counted by the reading policy's "
+        "tokenizer (regex counter without one); capped at the reader's context minus decision_tokens",
+    )
+    decision_tokens: int = Field(
+        384,
+        ge=16,
+        le=131072,
+        description="THE decision budget: tokens a policy may generate per decision (bench/state_size.py: "
+        "the world's largest expert decision is 293 BPE tokens)",
+    )
     evidence_tokens: int = Field(
-        512, ge=16, le=131072, description="token budget of the compressed evidence context c_t"
+        512, ge=16, le=131072, description="part of state_tokens the compressed evidence c_t may take at most"
     )
     cost_weight: float = Field(0.3, ge=0, le=10, description="lambda: cost penalty in backend selection")
     latency_weight: float = Field(0.1, ge=0, le=10, description="mu: latency penalty in backend selection")

@@ -22,6 +22,15 @@ class ProviderSpec(_Section):
     api_key_env: str | None = Field(None, description="name of the environment variable holding the API key")
     timeout_s: float = Field(60.0, gt=0, le=3600)
     max_retries: int = Field(2, ge=0, le=10)
+    max_new_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=131072,
+        description="completion cap per call; null = agent.decision_tokens for a policy, 512 for a sub-agent",
+    )
+    state_style: Literal["verbose", "compact"] = Field(
+        "verbose", description="how a policy on this provider reads states: verbose (LLM) | compact (trained)"
+    )
 
     @model_validator(mode="after")
     def _needs(self) -> ProviderSpec:
@@ -132,7 +141,6 @@ class DecisionParams(_Section):
     split: dict[Literal["train", "val", "test"], Fraction] = Field(
         default_factory=lambda: {"train": 0.8, "val": 0.1, "test": 0.1}
     )
-    max_context_tokens: int = Field(2048, ge=128, le=131072)
     seed: Seed = 13
 
     @model_validator(mode="after")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections import Counter
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from orchestra.config import SeedParams
 from orchestra.errors import StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
-from orchestra.schemas import Task, read_tasks_json, write_tasks_json
+from orchestra.schemas import Task, distribution, read_tasks_json, write_tasks_json
 
 TASKS_FILE = "tasks.json"
 MEDIA_DIR = "media"
@@ -20,25 +19,6 @@ MEDIA_DIR = "media"
 def omnigaia_metadata_path() -> Path:
     """The project's shipped copy of the public OmniGAIA test metadata (MIT, 360 tasks, no media)."""
     return Path(str(resources.files("orchestra") / "resources" / "omnigaia" / "test_metadata.json"))
-
-
-def _tools(task: Task) -> list[str]:
-    t = task.required_external_tools
-    return [t] if isinstance(t, str) else list(t or [])
-
-
-def distribution(tasks: list[Task]) -> dict[str, dict[str, int]]:
-    """Counts by category, Level, task_type and required tool (sorted, for stable metadata)."""
-
-    def count(values: list[str | None]) -> dict[str, int]:
-        return dict(sorted(Counter(str(v) for v in values).items()))
-
-    return {
-        "category": count([t.category for t in tasks]),
-        "Level": count([t.level for t in tasks]),
-        "task_type": count([t.task_type for t in tasks]),
-        "tool": count([tool for t in tasks for tool in _tools(t)]),
-    }
 
 
 def load_seed_tasks(out_dir: Path) -> list[Task]:

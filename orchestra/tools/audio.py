@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from orchestra.tools.base import Observation, Tool
-from orchestra.tools.media import Audio, MediaError, load_wav, output_path, write_wav
+from orchestra.tools.base import FailureKinds, Observation, Tool
+from orchestra.tools.media import FILE_FAILURES, Audio, MediaError, load_wav, output_path, write_wav
 
 DTMF_LOW = (697.0, 770.0, 852.0, 941.0)
 DTMF_HIGH = (1209.0, 1336.0, 1477.0, 1633.0)
@@ -249,13 +249,14 @@ class AudioDTMF(Tool):
     """Decode telephone keypad (DTMF) tones."""
 
     name: ClassVar[str] = "audio_dtmf"
+    failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
     description: ClassVar[str] = (
         "Decode DTMF telephone-keypad tones in a WAV file (Goertzel filters on the 8 standard frequencies). "
         "Returns the key sequence (0-9, *, #, A-D) with each key's start/end time in seconds."
     )
     input_schema: ClassVar[dict[str, Any]] = _audio_schema()
 
-    def run(self, path: str, **_: Any) -> Observation:
+    def run(self, path: str) -> Observation:
         keys = dtmf_decode(load_wav(path))
         digits = "".join(k["key"] for k in keys)
         text = f"DTMF keys: {digits}" if digits else "No DTMF tones found."
@@ -266,13 +267,14 @@ class AudioTones(Tool):
     """Count beeps and measure their pitch, duration and timing."""
 
     name: ClassVar[str] = "audio_tones"
+    failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
     description: ClassVar[str] = (
         "Find beeps/tones in a WAV file: how many, each one's start and end time (s), duration and "
         "dominant pitch (Hz), from a spectral-peak envelope. Use for 'how many beeps', 'what pitch', 'when'."
     )
     input_schema: ClassVar[dict[str, Any]] = _audio_schema()
 
-    def run(self, path: str, **_: Any) -> Observation:
+    def run(self, path: str) -> Observation:
         audio = load_wav(path)
         segs = tone_segments(audio)
         if not segs:
@@ -295,13 +297,14 @@ class AudioMorse(Tool):
     """Decode Morse code sent as tone pulses."""
 
     name: ClassVar[str] = "audio_morse"
+    failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
     description: ClassVar[str] = (
         "Decode International (ITU) Morse code played as tone pulses in a WAV file: letters, digits and "
         "common punctuation; the unit length is estimated from the pulses. Unknown patterns read '?'."
     )
     input_schema: ClassVar[dict[str, Any]] = _audio_schema()
 
-    def run(self, path: str, **_: Any) -> Observation:
+    def run(self, path: str) -> Observation:
         audio = load_wav(path)
         segs = tone_segments(audio, merge_gap_s=0.01, min_len_s=0.015)
         result = morse_decode(segs)
@@ -313,6 +316,7 @@ class AudioSegment(Tool):
     """Cut a time range out of a WAV file and describe it."""
 
     name: ClassVar[str] = "audio_segment"
+    failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
     description: ClassVar[str] = (
         "Cut [start, end] seconds out of a WAV file into a new 16-bit mono WAV (out_path, or a temp file) "
         "and "
@@ -327,7 +331,7 @@ class AudioSegment(Tool):
     )
 
     def run(
-        self, path: str, start: float = 0.0, end: float | None = None, out_path: str | None = None, **_: Any
+        self, path: str, start: float = 0.0, end: float | None = None, out_path: str | None = None
     ) -> Observation:
         audio = load_wav(path)
         start = float(start)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,34 +28,99 @@ class Observation(BaseModel):
     cost: float = 0.0
 
 
+#: exception types a tool's ``run`` may raise on bad input (besides the OrchestraError hierarchy)
+FailureKinds = tuple[type[Exception], ...]
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (numbers.Integral,),  # numbers.*: numpy scalars count too
+    "number": (numbers.Real,),
+    "boolean": (bool,),
+    "array": (list, tuple),
+    "object": (dict,),
+}
+
+
+def _type_problem(value: Any, schema: Mapping[str, Any]) -> str | None:
+    """Why ``value`` does not have the JSON type ``schema`` declares (items of arrays too), or None."""
+    kind = schema.get("type")
+    if not isinstance(kind, str) or kind not in _JSON_TYPES:
+        return None
+    ok = isinstance(value, _JSON_TYPES[kind]) and (kind == "boolean" or not isinstance(value, bool))
+    if not ok and kind == "integer" and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        ok = float(value).is_integer()  # 5.0 is the integer 5
+    if not ok:
+        article = "an" if kind[0] in "aeiou" else "a"
+        return f"must be {article} {kind}, got {type(value).__name__} {value!r:.60}"
+    items = schema.get("items")
+    if kind == "array" and isinstance(items, Mapping):
+        for i, item in enumerate(value):
+            problem = _type_problem(item, items)
+            if problem:
+                return f"item {i} {problem}"
+    return None
+
+
 class Tool(ABC):
     """A tool. Subclasses set ``name``, ``description``, ``input_schema`` and implement ``run``.
 
-    Call tools through :meth:`__call__`: it times the run and turns any failure into an error
-    Observation the agent can read, so a bad input never crashes the caller.
+    Call tools through :meth:`__call__`: it checks the arguments against ``input_schema`` (an
+    unknown or missing argument, or one of the wrong JSON type, is a failed Observation that names
+    it and lists the valid ones; a ``None`` value counts as not given), times the run and turns a
+    *failure of the tool* into an error Observation the agent can read, so a bad input never
+    crashes the caller. A failure of the tool is an :class:`OrchestraError` (ToolError, MediaError,
+    ...) or one of the class's declared ``failure_kinds``: library exceptions its decoders raise on
+    bad input that the tool does not convert itself (e.g. ``(OSError,)`` for a tool that reads and
+    writes files the agent names). Tools convert library errors where they can (``load_image``
+    turns PIL errors into MediaError, ``cv_guard`` turns ``cv2.error`` into MediaError). Anything
+    else raised by ``run`` (KeyError, TypeError, AttributeError, ...) is a bug in our code and
+    propagates: it is never evidence that a tool "missed".
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     input_schema: ClassVar[dict[str, Any]]
     cost_per_call: ClassVar[float] = 0.0
+    failure_kinds: ClassVar[FailureKinds] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        schema = cls.__dict__.get("input_schema")
+        if schema is not None:
+            undeclared = sorted(set(schema.get("required", [])) - set(schema.get("properties", {})))
+            if undeclared:
+                raise ToolError(f"tool class {cls.__name__}: required {undeclared} not in its properties")
 
     @abstractmethod
     def run(self, **kwargs: Any) -> Observation:
-        """Do the work; may raise OrchestraError (or OSError/ValueError) on bad input."""
+        """Do the work; raise OrchestraError (or one of ``failure_kinds``) on bad input."""
 
     def __call__(self, **kwargs: Any) -> Observation:
         start = time.perf_counter()
         try:
-            missing = [k for k in self.input_schema.get("required", []) if k not in kwargs]
-            if missing:
-                raise ToolError(f"missing required argument(s) {missing} for tool {self.name!r}")
-            obs = self.run(**kwargs)
-        except (OrchestraError, OSError, ValueError, TypeError, KeyError) as e:
+            obs = self.run(**self.check_args(kwargs))
+        except (OrchestraError, *self.failure_kinds) as e:
             obs = self.failure(f"{type(e).__name__}: {e}")
         obs.latency_s = time.perf_counter() - start
         obs.cost = obs.cost or self.cost_per_call
         return obs
+
+    def check_args(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``kwargs`` less ``None`` values, checked against ``input_schema``; a ToolError names a bad one."""
+        props: Mapping[str, Any] = self.input_schema.get("properties", {})
+        valid = ", ".join(props) or "none"
+        unknown = [k for k in kwargs if k not in props]
+        if unknown:
+            raise ToolError(f"unknown argument(s) {unknown} for tool {self.name!r}; valid arguments: {valid}")
+        args = {k: v for k, v in kwargs.items() if v is not None}
+        missing = [k for k in self.input_schema.get("required", []) if k not in args]
+        if missing:
+            raise ToolError(f"missing required argument(s) {missing} for tool {self.name!r}")
+        for k, v in args.items():
+            problem = _type_problem(v, props[k])
+            if problem:
+                raise ToolError(f"argument {k!r} of tool {self.name!r} {problem}")
+        return args
 
     def failure(self, message: str, **data: Any) -> Observation:
         return Observation(
@@ -64,9 +131,14 @@ class Tool(ABC):
         """The tool as an OpenAI-style function spec."""
         return {"name": self.name, "description": self.description, "parameters": self.input_schema}
 
+    def close(self) -> None:  # noqa: B027 - a no-op default that tools holding resources override
+        """Release what the tool holds (worker processes, connections); the default holds nothing."""
+
 
 class ToolRegistry:
-    """Tools by name. Duplicate names are refused; an unknown name lists the valid ones."""
+    """Tools by name. Duplicate names are refused; an unknown name lists the valid ones.
+
+    ``close()`` closes every tool; ``with registry:`` closes them on the way out."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
@@ -90,8 +162,27 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools[n] for n in self.names())
 
     def __len__(self) -> int:
         return len(self._tools)
+
+    def close(self) -> None:
+        """Close every tool (each tool's :meth:`Tool.close`), even when one of them raises."""
+        errors: list[Exception] = []
+        for tool in self:
+            try:
+                tool.close()
+            except Exception as e:  # noqa: BLE001 - collected, then re-raised once every tool is closed
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> ToolRegistry:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -8,101 +8,18 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from html.parser import HTMLParser
+from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import urljoin, urlsplit
 
 from orchestra.errors import ToolError
 from orchestra.tools.base import Observation, Tool
 from orchestra.tools.pages import PageStore
+from orchestra.tools.webpage import WebPage, parse_html, text_page
 
 Resolver = Callable[[str, int], list[str]]
 METADATA_ADDRESSES = frozenset({"169.254.169.254", "fd00:ec2::254", "100.100.100.200"})
-_BLOCK_TAGS = {
-    "p",
-    "div",
-    "br",
-    "li",
-    "tr",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "section",
-    "article",
-    "table",
-    "ul",
-    "ol",
-    "header",
-    "footer",
-    "pre",
-    "blockquote",
-    "title",
-}
-_SKIP_TAGS = {"script", "style", "noscript", "template", "svg"}
 MAX_REDIRECTS = 5
-
-
-class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title = ""
-        self.links: list[tuple[str, str]] = []
-        self._skip = 0
-        self._in_title = False
-        self._href: str | None = None
-        self._anchor: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _SKIP_TAGS:
-            self._skip += 1
-        if tag == "title":
-            self._in_title = True
-        if tag == "a":
-            self._href, self._anchor = dict(attrs).get("href"), []
-        if tag in _BLOCK_TAGS:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _SKIP_TAGS and self._skip:
-            self._skip -= 1
-        if tag == "title":
-            self._in_title = False
-        if tag == "a" and self._href:
-            self.links.append((self._href, " ".join("".join(self._anchor).split())))
-            self._href = None
-        if tag in _BLOCK_TAGS:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-            return
-        if self._skip:
-            return
-        self.parts.append(data)
-        if self._href is not None:
-            self._anchor.append(data)
-
-    def text(self) -> str:
-        lines = (" ".join(line.split()) for line in "".join(self.parts).splitlines())
-        return "\n".join(line for line in lines if line)
-
-
-def html_to_text(html: str, base_url: str) -> tuple[str, str, list[dict[str, str]]]:
-    """(title, visible text, links as {url, text}) of an HTML document."""
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    links = [
-        {"url": urljoin(base_url, href), "text": text}
-        for href, text in parser.links
-        if not href.startswith(("#", "javascript:", "mailto:"))
-    ]
-    return " ".join(parser.title.split()), parser.text(), links
 
 
 def address_problem(address: str) -> str | None:
@@ -199,7 +116,14 @@ def fetch_pinned(
 
 
 class PageBrowser(Tool):
-    """Read a web page's text by URL."""
+    """Read a web page's text by URL, in windows of ``max_chars`` characters.
+
+    The observation's ``data`` holds the window's paging (``offset``; ``next_offset``, None on the
+    last window; ``total_chars``) and, whichever window is shown, the whole page's ``title``,
+    ``links`` and ``facts``: ``[{"label", "value"}]`` read from its HTML table rows (an infobox),
+    else from the ``Label: value`` lines of its text; ``facts_from`` says which
+    (:class:`~orchestra.tools.webpage.WebPage`).
+    """
 
     name: ClassVar[str] = "page_browser"
     description: ClassVar[str] = (
@@ -234,22 +158,20 @@ class PageBrowser(Tool):
             resolver,
         )
 
-    def run(self, url: str, offset: int = 0, **_: Any) -> Observation:
-        if not isinstance(url, str) or not url.strip():
+    def run(self, url: str, offset: int = 0) -> Observation:
+        if not url.strip():
             raise ToolError("url must be a non-empty string")
         offset = int(offset)
         if offset < 0:
             raise ToolError("offset must be >= 0")
         page = self.pages.get(url)
         if page is not None:
-            links = html_to_text(page.html, page.url)[2] if page.html else []
-            return self._window(page.url, page.title, page.text, offset, links, source="store")
-        final_url, title, text, links = self._fetch(url.strip())
-        return self._window(final_url, title, text, offset, links, source="http")
+            return self._window(text_page(page.url, page.title, page.text, page.html), offset, "store")
+        return self._window(self._fetch(url.strip()), offset, "http")
 
-    def _window(
-        self, url: str, title: str, text: str, offset: int, links: list[dict[str, str]], source: str
-    ) -> Observation:
+    def _window(self, page: WebPage, offset: int, source: str) -> Observation:
+        """The window of ``page.text`` from ``offset``, with the whole page's links and facts in ``data``."""
+        text = page.text
         if offset and offset >= len(text):
             raise ToolError(f"offset {offset} is past the end of the page ({len(text)} characters)")
         chunk = text[offset : offset + self.max_chars]
@@ -259,18 +181,22 @@ class PageBrowser(Tool):
             if end < len(text)
             else ""
         )
-        shown = "".join(f"\n- {ln['text'] or ln['url']}: {ln['url']}" for ln in links[:10])
+        shown = "".join(f"\n- {ln['text'] or ln['url']}: {ln['url']}" for ln in page.links[:10])
         link_text = f"\nLinks:{shown}" if shown and end >= len(text) else ""
         data = {
-            "url": url,
-            "title": title,
+            "url": page.url,
+            "title": page.title,
             "offset": offset,
             "next_offset": end if end < len(text) else None,
             "total_chars": len(text),
-            "links": links[:50],
+            "links": page.links[:50],
+            "facts": page.facts,
+            "facts_from": page.facts_from,
             "source": source,
         }
-        return Observation(tool=self.name, text=f"{title}\n{url}\n\n{chunk}{more}{link_text}", data=data)
+        return Observation(
+            tool=self.name, text=f"{page.title}\n{page.url}\n\n{chunk}{more}{link_text}", data=data
+        )
 
     def check_url(self, url: str) -> tuple[str, int]:
         """The vetted (address, port) for a live fetch of ``url``; raises ToolError naming the refusal."""
@@ -315,7 +241,7 @@ class PageBrowser(Tool):
                 raise ToolError(f"refused: {host} resolves to {address}, {problem}")
         return addresses[0], port
 
-    def _fetch(self, url: str) -> tuple[str, str, str, list[dict[str, str]]]:
+    def _fetch(self, url: str) -> WebPage:
         deadline = time.monotonic() + self.timeout_s
         for _ in range(MAX_REDIRECTS + 1):
             address, _port = self.check_url(url)
@@ -336,9 +262,9 @@ class PageBrowser(Tool):
                 decoded = body.decode("utf-8", "replace")
             note = f"\n[page cut at {self.max_bytes} bytes]" if truncated else ""
             if kind in ("text/html", "application/xhtml+xml"):
-                title, text, links = html_to_text(decoded, url)
-                return url, title or url, text + note, links
+                page = parse_html(decoded, url)
+                return replace(page, title=page.title or url, text=page.text + note)
             if kind.startswith("text/") or kind in ("application/json", "application/xml"):
-                return url, url, decoded + note, []
+                return text_page(url, url, decoded + note)
             raise ToolError(f"{url} is {kind}, not a text page")
         raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +15,23 @@ from orchestra.errors import OrchestraError, ToolError
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="List the agent's tools and run one.")
 
 
-def parse_args(pairs: list[str]) -> dict[str, Any]:
-    """``k=v`` pairs; a value that parses as JSON is used as such, anything else stays a string."""
+def parse_args(pairs: list[str], schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``k=v`` pairs; a value that parses as JSON is used as such, anything else stays a string, and so
+    does every value of an argument ``schema`` declares a string (``label=2021`` is the text '2021')."""
+    props: Mapping[str, Any] = (schema or {}).get("properties", {})
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise ToolError(f"--arg {pair!r}: expected KEY=VALUE")
+        if props.get(key, {}).get("type") == "string":
+            out[key] = value
+            continue
         try:
-            out[key.strip()] = json.loads(value)
+            out[key] = json.loads(value)
         except json.JSONDecodeError:
-            out[key.strip()] = value
+            out[key] = value
     return out
 
 
@@ -87,21 +94,15 @@ def run_tool(
     from orchestra.tools.registry import registry_for_pages
 
     try:
-        kwargs = parse_args(arg)
-        registry = registry_for_pages(*_pages(world, params_file))
-        tool = registry.get(name)
-        if input_path is not None:
-            if "path" not in tool.input_schema.get("properties", {}):
-                props = ", ".join(tool.input_schema.get("properties", {}))
-                raise ToolError(f"tool {name} takes no --input (its arguments: {props}); use --arg")
-            kwargs["path"] = str(input_path)
-        try:
+        with registry_for_pages(*_pages(world, params_file)) as registry:
+            tool = registry.get(name)
+            kwargs = parse_args(arg, tool.input_schema)
+            if input_path is not None:
+                if "path" not in tool.input_schema.get("properties", {}):
+                    props = ", ".join(tool.input_schema.get("properties", {}))
+                    raise ToolError(f"tool {name} takes no --input (its arguments: {props}); use --arg")
+                kwargs["path"] = str(input_path)
             obs = tool(**kwargs)
-        finally:
-            for t in registry:
-                close = getattr(t, "close", None)
-                if callable(close):
-                    close()
     except OrchestraError as e:
         raise fail(str(e)) from e
     typer.echo(obs.model_dump_json(indent=2) if as_json else obs.text)

@@ -9,12 +9,16 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
+from orchestra.errors import ToolError
 from orchestra.io import atomic_write_bytes
-from orchestra.tools.base import Observation, Tool
+from orchestra.tools.base import FailureKinds, Observation, Tool
 from orchestra.tools.chart import find_axes, read_chart
-from orchestra.tools.media import MediaError, cv_guard, load_image, output_path
+from orchestra.tools.media import FILE_FAILURES, MediaError, cv_guard, load_image, output_path
 from orchestra.tools.ocr import read_text
 from orchestra.tools.shapes import COLOURS, SHAPES, Shape, colour_name, detect_shapes
+
+#: an OpenCV step outside cv_guard (resize, PNG encoding) may refuse an odd image with cv2.error
+_FAILURES: FailureKinds = (*FILE_FAILURES, cv2.error)
 
 
 def _schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -38,6 +42,7 @@ class ImageOCR(Tool):
     """Read the text in an image."""
 
     name: ClassVar[str] = "image_ocr"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Read text in an image (signs, labels, captions, numbers) with Tesseract OCR after locating the text "
         "and "
@@ -54,7 +59,7 @@ class ImageOCR(Tool):
         }
     )
 
-    def run(self, path: str, psm: int | None = None, **_: Any) -> Observation:
+    def run(self, path: str, psm: int | None = None) -> Observation:
         res = cv_guard(read_text, load_image(path), psm)
         text = res.text if res.lines else "(no text found)"
         return Observation(
@@ -75,6 +80,7 @@ class ImageCountObjects(Tool):
     """Count coloured objects, optionally of one colour and/or shape."""
 
     name: ClassVar[str] = "image_count_objects"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Count filled coloured objects in an image by colour and shape (OpenCV colour segmentation + contour "
         f"geometry). Colours: {', '.join(COLOURS)}. Shapes: {', '.join(SHAPES)}. Both filters are optional."
@@ -83,6 +89,7 @@ class ImageCountObjects(Tool):
         {
             "colour": {"type": "string", "enum": list(COLOURS), "description": "only this colour"},
             "shape": {"type": "string", "enum": list(SHAPES), "description": "only this shape"},
+            "color": {"type": "string", "enum": list(COLOURS), "description": "same as colour"},
         }
     )
 
@@ -92,13 +99,12 @@ class ImageCountObjects(Tool):
         colour: str | None = None,
         shape: str | None = None,
         color: str | None = None,
-        **_: Any,
     ) -> Observation:
         colour = colour or color
         if colour is not None and colour.lower() not in COLOURS:
-            raise ValueError(f"unknown colour {colour!r}; valid: {', '.join(COLOURS)}")
+            raise ToolError(f"unknown colour {colour!r}; valid: {', '.join(COLOURS)}")
         if shape is not None and shape.lower().rstrip("s") not in SHAPES:
-            raise ValueError(f"unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
+            raise ToolError(f"unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
         found = cv_guard(detect_shapes, load_image(path))
         sel = [
             s
@@ -128,6 +134,7 @@ class ImageReadChart(Tool):
     """Read the values of a bar or line chart."""
 
     name: ClassVar[str] = "image_read_chart"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Read a bar or line chart: finds the axes, OCRs the y-axis ticks to map pixels to values, measures "
         "each "
@@ -138,14 +145,14 @@ class ImageReadChart(Tool):
         {"label": {"type": "string", "description": "a category label (x-axis text) to return the value of"}}
     )
 
-    def run(self, path: str, label: str | None = None, **_: Any) -> Observation:
+    def run(self, path: str, label: str | None = None) -> Observation:
         chart = cv_guard(read_chart, load_image(path))
         pairs = list(zip(chart.labels, chart.values, strict=True))
         data = chart.as_dict()
         if label is not None:
             match = [v for lab, v in pairs if lab.strip().lower() == str(label).strip().lower()]
             if not match:
-                raise ValueError(f"no category {label!r} on the chart; labels read: {chart.labels}")
+                raise ToolError(f"no category {label!r} on the chart; labels read: {chart.labels}")
             data["value"] = match[0]
             text = f"{label}: {match[0]:g} ({chart.kind} chart '{chart.title}')"
         else:
@@ -190,6 +197,7 @@ class ImageDescribe(Tool):
     """A short description of an image built from its detections."""
 
     name: ClassVar[str] = "image_describe"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Describe an image briefly from what the detectors find: size, background colour, coloured objects "
         "by "
@@ -197,7 +205,7 @@ class ImageDescribe(Tool):
     )
     input_schema: ClassVar[dict[str, Any]] = _schema()
 
-    def run(self, path: str, **_: Any) -> Observation:
+    def run(self, path: str) -> Observation:
         d = cv_guard(describe, load_image(path))
         return Observation(tool=self.name, text=_sentence(d), data=d)
 
@@ -206,6 +214,7 @@ class ImageCrop(Tool):
     """Crop and zoom a region, save it, and describe what is in it."""
 
     name: ClassVar[str] = "image_crop"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Crop an image to box [x0, y0, x1, y1] (pixels; fractions 0-1 also accepted), enlarge it by `zoom` "
         "(1-8), "
@@ -231,10 +240,9 @@ class ImageCrop(Tool):
         box: list[float] | None = None,
         zoom: float = 2.0,
         out_path: str | None = None,
-        **_: Any,
     ) -> Observation:
         if box is None or len(box) != 4:
-            raise ValueError("box must be [x0, y0, x1, y1]")
+            raise ToolError("box must be [x0, y0, x1, y1]")
         img = load_image(path)
         h, w = img.shape[:2]
         x0, y0, x1, y1 = (float(v) for v in box)
@@ -243,7 +251,7 @@ class ImageCrop(Tool):
         x0, y0 = max(0, int(round(x0))), max(0, int(round(y0)))
         x1, y1 = min(w, int(round(x1))), min(h, int(round(y1)))
         if x1 - x0 < 2 or y1 - y0 < 2:
-            raise ValueError(f"box {box} is empty or outside the {w}x{h} image")
+            raise ToolError(f"box {box} is empty or outside the {w}x{h} image")
         zoom = float(np.clip(float(zoom), 1.0, 8.0))
         crop = img[y0:y1, x0:x1]
         if zoom > 1:

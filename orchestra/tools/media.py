@@ -14,10 +14,16 @@ import numpy as np
 
 from orchestra.errors import OrchestraError
 from orchestra.io import atomic_write_bytes
+from orchestra.tools.base import FailureKinds
 
 
 class MediaError(OrchestraError):
     """A media file is missing, empty, of the wrong kind, or corrupt."""
+
+
+#: what a media tool's ``run`` may raise on bad input besides MediaError: a file the agent names
+#: cannot be read or written (no permission, a folder given as ``out_path``, a full disk)
+FILE_FAILURES: FailureKinds = (OSError,)
 
 
 _IMAGE_MAGIC: dict[bytes, str] = {
@@ -85,6 +91,8 @@ def load_image(path: str | Path) -> np.ndarray:
                 rgb = Image.alpha_composite(bg, rgba).convert("RGB")
             else:
                 rgb = im.convert("RGB")
+    except Image.DecompressionBombError as e:
+        raise MediaError(f"image {p} is too large to decode safely: {e}") from e
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as e:
         raise MediaError(f"corrupt or truncated {fmt} image {p}: {e}") from e
     arr = np.asarray(rgb, dtype=np.uint8)

@@ -77,7 +77,7 @@ class CodeExecutor(Tool):
         self._pool.put_back(worker)
         return info
 
-    def run(self, code: str, **_: Any) -> Observation:
+    def run(self, code: str) -> Observation:
         if not isinstance(code, str):
             raise ToolError(f"code must be a string, got {type(code).__name__}")
         if not sys.platform.startswith("linux"):

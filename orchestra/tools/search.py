@@ -226,7 +226,7 @@ class WebSearch(Tool):
         """Local search over a generated world's kb/pages.jsonl (nothing else in the world is read)."""
         return cls(pages=PageStore.from_world(world_dir), default_k=default_k)
 
-    def run(self, query: str, k: int | None = None, **_: Any) -> Observation:
+    def run(self, query: str, k: int | None = None) -> Observation:
         if not isinstance(query, str) or not query.strip():
             raise ToolError("query must be a non-empty string")
         k = self.default_k if k is None else int(k)

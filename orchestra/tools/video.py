@@ -10,8 +10,9 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
-from orchestra.tools.base import Observation, Tool
+from orchestra.tools.base import FailureKinds, Observation, Tool
 from orchestra.tools.media import (
+    FILE_FAILURES,
     MediaError,
     VideoInfo,
     check_file,
@@ -25,6 +26,8 @@ from orchestra.tools.shapes import Shape
 from orchestra.tools.tracking import frame_objects, object_events
 
 MAX_FRAMES = 400
+#: OpenCV decoding/encoding outside cv_guard (VideoCapture, PNG encoding) may refuse odd input
+_FAILURES: FailureKinds = (*FILE_FAILURES, cv2.error)
 
 
 def _frames(path: str, max_fps: float = 10.0) -> tuple[VideoInfo, list[np.ndarray], float]:
@@ -110,10 +113,37 @@ def _schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": ["path"]}
 
 
+def _ffmpeg_extract(exe: str, src: Path, tmp: Path) -> subprocess.CompletedProcess[bytes]:
+    """Run ffmpeg to write ``src``'s audio track to ``tmp`` as 16 kHz mono 16-bit PCM WAV."""
+    return subprocess.run(
+        [
+            exe,
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-y",
+            "-i",
+            str(src),
+            "-vn",
+            "-ac",
+            "1",
+            "-ar",
+            "16000",
+            "-acodec",
+            "pcm_s16le",
+            str(tmp),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
 class VideoSampleFrames(Tool):
     """Save frames at chosen times as PNG files."""
 
     name: ClassVar[str] = "video_sample_frames"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Save video frames as PNG images: at the given times (seconds), or `count` frames evenly spread. "
         "Returns each frame's time and file path (for image_* tools) plus the video's fps, size and duration."
@@ -137,7 +167,6 @@ class VideoSampleFrames(Tool):
         times: list[float] | None = None,
         count: int = 4,
         out_dir: str | None = None,
-        **_: Any,
     ) -> Observation:
         from orchestra.io import atomic_write_bytes
 
@@ -184,6 +213,7 @@ class VideoEvents(Tool):
     """Timeline of coloured objects appearing, disappearing, moving and changing colour."""
 
     name: ClassVar[str] = "video_events"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Track coloured objects (circles, squares, triangles, ...) through a video and list events with "
         "times "
@@ -191,7 +221,7 @@ class VideoEvents(Tool):
     )
     input_schema: ClassVar[dict[str, Any]] = _schema()
 
-    def run(self, path: str, **_: Any) -> Observation:
+    def run(self, path: str) -> Observation:
         info, frames, step = _frames(path)
         events, objects = cv_guard(object_events, frames, step)
         lines = []
@@ -211,6 +241,7 @@ class VideoText(Tool):
     """On-screen text (captions, scoreboards) with the times it is shown."""
 
     name: ClassVar[str] = "video_text"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Read on-screen text in a video over time (Tesseract OCR on frames grouped by identical text "
         "regions). "
@@ -218,7 +249,7 @@ class VideoText(Tool):
     )
     input_schema: ClassVar[dict[str, Any]] = _schema()
 
-    def run(self, path: str, **_: Any) -> Observation:
+    def run(self, path: str) -> Observation:
         info, frames, step = _frames(path, max_fps=8.0)
         timeline = cv_guard(text_timeline, frames, step)
         text = (
@@ -234,6 +265,7 @@ class VideoExtractAudio(Tool):
     """Extract a video's audio track to WAV (needs an audio stream and ffmpeg)."""
 
     name: ClassVar[str] = "video_extract_audio"
+    failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
         "Extract the audio track of a video to a 16 kHz mono WAV for the audio_* tools. Needs the file to "
         "carry "
@@ -243,7 +275,7 @@ class VideoExtractAudio(Tool):
         {"out_path": {"type": "string", "description": "where to write the WAV (optional)"}}
     )
 
-    def run(self, path: str, out_path: str | None = None, **_: Any) -> Observation:
+    def run(self, path: str, out_path: str | None = None) -> Observation:
         src = check_file(path, "video")
         read_video(src, max_frames=1)
         with src.open("rb") as fh:
@@ -261,28 +293,11 @@ class VideoExtractAudio(Tool):
         dest = output_path(src, "audio", ".wav", out_path)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.tmp.wav")
-        proc = subprocess.run(
-            [
-                exe,
-                "-nostdin",
-                "-loglevel",
-                "error",
-                "-y",
-                "-i",
-                str(src),
-                "-vn",
-                "-ac",
-                "1",
-                "-ar",
-                "16000",
-                "-acodec",
-                "pcm_s16le",
-                str(tmp),
-            ],
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        try:
+            proc = _ffmpeg_extract(exe, src, tmp)
+        except subprocess.TimeoutExpired as e:
+            tmp.unlink(missing_ok=True)
+            raise MediaError(f"ffmpeg did not finish extracting audio within {e.timeout:g}s") from e
         if proc.returncode != 0 or not tmp.is_file():
             tmp.unlink(missing_ok=True)
             raise MediaError(f"ffmpeg could not extract audio: {proc.stderr.decode(errors='replace')[:300]}")

@@ -10,7 +10,7 @@ import numpy as np
 from orchestra.config import WorldParams
 from orchestra.errors import WorldError
 from orchestra.io import atomic_write_text, dump_json
-from orchestra.schemas import Task, write_tasks_json
+from orchestra.schemas import Task, distribution, write_tasks_json
 from orchestra.world.audio import speech_available
 from orchestra.world.facts import MediaWriter
 from orchestra.world.kb import build_kb, render_page
@@ -50,7 +50,6 @@ def generate_world(params: WorldParams, out_dir: Path) -> dict[str, Any]:
     Same params give byte-identical files. ``out_dir`` may exist but must not already hold a world.
     Returns a summary: rows, distribution, entity/page/media counts and media bytes.
     """
-    from orchestra.data.seeds import distribution
 
     out_dir = Path(out_dir)
     clash = [name for name in OUTPUTS if (out_dir / name).exists()]

@@ -1,4 +1,4 @@
-"""Solution-program helpers: a restricted arithmetic evaluator and canonical answer formatting."""
+"""Solution-program helper: a restricted arithmetic evaluator (answers are formatted by orchestra.text)."""
 
 from __future__ import annotations
 
@@ -57,12 +57,3 @@ def safe_eval(expression: str, variables: dict[str, Any]) -> int | float:
         return ev(tree)
     except ZeroDivisionError as e:
         raise WorldError(f"{expression!r}: division by zero") from e
-
-
-def format_value(value: Any) -> str:
-    """Canonical answer text: integers (and integral floats) without '.0', other floats as given."""
-    if isinstance(value, bool):
-        raise WorldError(f"boolean answers are not used: {value!r}")
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)

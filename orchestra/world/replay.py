@@ -9,9 +9,10 @@ from typing import Any
 
 from orchestra.errors import WorldError
 from orchestra.schemas import BrowseStep, ComputeStep, PerceiveStep, SearchStep, Task, read_tasks_json
+from orchestra.text import format_value
 from orchestra.world.kb import Entity, KnowledgeBase, browse_value, search_exact
 from orchestra.world.perception import perceive
-from orchestra.world.program import format_value, safe_eval
+from orchestra.world.program import safe_eval
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ import numpy as np
 
 from orchestra.errors import WorldError
 from orchestra.schemas import BrowseStep, ComputeStep, ModalInput, PerceiveStep, SearchStep, Source, Task
+from orchestra.text import format_value
 from orchestra.world.catalogue import Attr
 from orchestra.world.facts import Fact, Media, MediaWriter
 from orchestra.world.kb import Entity, KnowledgeBase
-from orchestra.world.program import format_value, safe_eval
+from orchestra.world.program import safe_eval
 
 TASK_TYPES: dict[str, tuple[str, ...]] = {
     "image": ("image",),

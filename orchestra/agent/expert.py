@@ -1,0 +1,231 @@
+"""The expert as a function: ``expert_decision(state, program)`` labels any state, whoever reached it.
+
+The expert knows a task's solution program (its structure: ops, perception names and args,
+queries, fields, expressions — never the recorded values or the gold answer) and reads everything
+else from the state alone: which program steps are done is found by matching each step's goal,
+rendered with the values the state's evidence holds, against the goals the evidence ran. So it
+labels states another policy reached — other ids, failed or skipped nodes, sub-tasks the program
+does not need, a Maestro history — for relabelling, DA-GRPO's decision reward and DAgger mixes.
+
+Rule, in order:
+
+1. the program's last step is done -> ``finish`` with ``#E<id of that evidence>``;
+2. some step not done has failed ``max_attempts`` times (failed or timed-out evidence with its
+   goal) -> ``finish`` with ``unknown``;
+3. otherwise delegate the pending steps: ``dag`` every pending step in one batch with
+   ``depends_on`` edges (a step may depend on one planned in the same batch), ``waves`` the
+   steps whose inputs are done, ``steps`` the first of those (ReAct, Maestro: one search).
+   New ids continue after the largest id in the state; backends are chosen by the cost-aware
+   match of the goal's demand against the state's backend cards (``assign_backends``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from orchestra.agent.decision import Action, Format, MaestroSearch
+from orchestra.agent.refs import ReferenceError_, modal_key, next_subtask_id, substitute
+from orchestra.agent.state import OrchestraState
+from orchestra.backends.base import BackendCard
+from orchestra.backends.goals import PERCEPTIONS, browse_goal, compute_goal, perception_goal, search_goal
+from orchestra.backends.selection import infer_demand, select_backend
+from orchestra.config import AgentParams
+from orchestra.errors import OrchestraError
+from orchestra.schemas import (
+    BrowseStep,
+    ComputeStep,
+    Delegate,
+    Finish,
+    PerceiveStep,
+    SearchStep,
+    SolutionStep,
+    SubTask,
+)
+
+__all__ = ["ExpertError", "ExpertMode", "Progress", "expert_decision", "program_inputs", "progress"]
+
+ExpertMode = Literal["dag", "waves", "steps"]
+_VAR = re.compile(r"\bv[0-9]+\b")
+
+
+class ExpertError(OrchestraError):
+    """The expert cannot label this state (a program that reads a missing input, no able backend)."""
+
+
+def program_inputs(step: SolutionStep) -> list[str]:
+    """The program variables a step reads (``$v1`` queries/URLs, ``v1`` in expressions)."""
+    if isinstance(step, SearchStep):
+        return [step.query[1:]] if step.query.startswith("$") else []
+    if isinstance(step, BrowseStep):
+        return [step.url[1:]] if step.url.startswith("$") else []
+    if isinstance(step, ComputeStep):
+        return list(dict.fromkeys(_VAR.findall(step.expression)))
+    return []
+
+
+@dataclass(frozen=True)
+class _Kind:
+    goal: str
+    skill: str
+    tool: str
+    modal: str | None = None
+    modal_type: str | None = None
+
+
+def _render(step: SolutionStep, ids: Mapping[str, str], inputs: Mapping[str, tuple[str, str]]) -> _Kind:
+    """The step as a goal whose program variables are ``#E<id>`` references (``ids``: var -> id)."""
+
+    def ref(v: str) -> str:
+        return f"#{ids[v]}"
+
+    if isinstance(step, PerceiveStep):
+        if step.input_id not in inputs:
+            raise ExpertError(f"step {step.out} reads {step.input_id!r}, which is not a modal input")
+        key, mtype = inputs[step.input_id]
+        spec = PERCEPTIONS[step.perception]
+        goal = perception_goal(step.perception, step.args, f"#{key}")
+        return _Kind(goal, spec.skill, spec.tool, key, mtype)
+    if isinstance(step, SearchStep):
+        q = ref(step.query[1:]) if step.query.startswith("$") else step.query
+        return _Kind(search_goal(q), "search", "web_search")
+    if isinstance(step, BrowseStep):
+        url = ref(step.url[1:]) if step.url.startswith("$") else step.url
+        return _Kind(browse_goal(url, step.field), "browse", "page_browser")
+    expr = _VAR.sub(lambda m: ref(m.group(0)), step.expression)
+    return _Kind(compute_goal(expr), "code", "code_executor")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass
+class Progress:
+    """What the state's evidence shows of a program: var -> id of the newest ok evidence that ran the
+    step, and var -> failed/timed-out attempts at it."""
+
+    done: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+
+def _modal_inputs(state: OrchestraState) -> dict[str, tuple[str, str]]:
+    return {m.id: (modal_key(i), m.type) for i, m in enumerate(state.modal_inputs)}
+
+
+def progress(state: OrchestraState, program: Sequence[SolutionStep]) -> Progress:
+    """Match program steps to the state's evidence by the goal each would run (see module docstring).
+
+    A step can be matched only once its inputs are done; its expected goal is its rendering with
+    ``#E`` references to those inputs' evidence, substituted exactly as the scheduler substitutes
+    (``#M<n>`` stays itself, ``#E<n>`` becomes the evidence value), compared whitespace-normalised.
+    """
+    inputs = _modal_inputs(state)
+    values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(state.modal_inputs))}
+    values.update({e.id: e.value for e in state.context if e.ok})
+    out = Progress()
+    for step in program:
+        needs = program_inputs(step)
+        if any(v not in out.done for v in needs):
+            continue
+        raw = _render(step, out.done, inputs).goal
+        try:
+            expected = _norm(substitute(raw, values))
+        except ReferenceError_:
+            continue
+        for e in state.context:
+            if _norm(e.goal) != expected:
+                continue
+            if e.ok:
+                out.done[step.out] = e.id
+            elif e.status in ("failed", "timeout"):
+                out.failures[step.out] = out.failures.get(step.out, 0) + 1
+    return out
+
+
+@dataclass(frozen=True)
+class _Priced:
+    value: float
+
+    def estimate(self, tokens: int = 0) -> float:
+        return self.value
+
+
+@dataclass(frozen=True)
+class _CardProfile:
+    """A backend card as :func:`select_backend` reads a backend (name, skills, cost, latency)."""
+
+    name: str
+    skills: Mapping[str, float]
+    cost: _Priced
+    latency: _Priced
+
+    @classmethod
+    def of(cls, card: BackendCard) -> _CardProfile:
+        return cls(card.name, card.skills, _Priced(card.price_per_call), _Priced(card.latency_s))
+
+
+def _backend(kind: _Kind, cards: Sequence[BackendCard], agent: AgentParams, out: str) -> str:
+    able = [_CardProfile.of(c) for c in cards if c.skills.get(kind.skill, 0.0) > 0]
+    if not able:
+        raise ExpertError(f"no backend in the state has the {kind.skill!r} skill step {out} needs")
+    demand = infer_demand(kind.goal, [kind.modal_type] if kind.modal_type else [])
+    return select_backend(demand, able, agent.cost_weight, agent.latency_weight).name
+
+
+def expert_decision(
+    state: OrchestraState,
+    program: Sequence[SolutionStep],
+    *,
+    mode: ExpertMode = "dag",
+    fmt: Format = "json",
+    assign_backends: bool = True,
+    max_attempts: int = 2,
+    agent: AgentParams | None = None,
+) -> Action:
+    """The expert's next decision in ``state`` for a task solved by ``program`` (module docstring)."""
+    if not program:
+        raise ExpertError("an empty program has no decisions")
+    agent = agent or AgentParams()
+    prog = progress(state, program)
+    final = program[-1].out
+    if final in prog.done:
+        return Finish(answer=f"#{prog.done[final]}")
+    if any(n >= max_attempts for v, n in prog.failures.items() if v not in prog.done):
+        return Finish(answer="unknown")
+    chosen: list[SolutionStep] = []
+    planned: set[str] = set()
+    for s in program:
+        if s.out in prog.done:
+            continue
+        if all(v in prog.done or (mode == "dag" and v in planned) for v in program_inputs(s)):
+            chosen.append(s)
+            planned.add(s.out)
+            if mode == "steps":
+                break
+    if not chosen:
+        raise ExpertError("no step of the program is ready (a step reads a variable no step defines)")
+    first = int(next_subtask_id(e.id for e in state.context)[1:])
+    ids = dict(prog.done)
+    inputs = _modal_inputs(state)
+    subtasks = []
+    for k, s in enumerate(chosen):
+        ids[s.out] = f"E{first + k}"
+        kind = _render(s, ids, inputs)
+        subtasks.append(
+            SubTask(
+                id=ids[s.out],
+                goal=kind.goal,
+                modalities=[kind.modal] if kind.modal else [],
+                tools=[kind.tool],
+                backend=_backend(kind, state.backends, agent, s.out) if assign_backends else None,
+                skill=kind.skill if fmt == "maestro" else None,
+                depends_on=[ids[v] for v in program_inputs(s)],
+            )
+        )
+    if fmt == "maestro":
+        st = subtasks[0]
+        return MaestroSearch(model=st.backend or "", skill=st.skill or "", query=st.goal)
+    return Delegate(subtasks=subtasks)
