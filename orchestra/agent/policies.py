@@ -126,7 +126,7 @@ class ScriptedPolicy(Policy):
 
     def respond(self, state: OrchestraState, messages: Sequence[dict[str, str]]) -> PolicyReply:
         item = self._pop()
-        tin = sum(count_tokens(m["content"]) for m in messages)
+        tin = sum(self.count_tokens(m["content"]) for m in messages)
         if isinstance(item, str):
             parsed = parse_decision(item, fmt=self.fmt)
             error = str(parsed) if isinstance(parsed, ParseError) else None
@@ -136,10 +136,12 @@ class ScriptedPolicy(Policy):
                 raw_output=item,
                 error=error,
                 input_tokens=tin,
-                output_tokens=count_tokens(item),
+                output_tokens=self.count_tokens(item),
             )
         raw = render_decision(item, self.fmt)
-        return PolicyReply(action=item, raw_output=raw, input_tokens=tin, output_tokens=count_tokens(raw))
+        return PolicyReply(
+            action=item, raw_output=raw, input_tokens=tin, output_tokens=self.count_tokens(raw)
+        )
 
 
 class OraclePolicy(Policy):
