@@ -1,12 +1,13 @@
 """Accuracy of the perception tools (and web search recall@5) against the world's ground truth.
 
 Usage: python bench/tools_accuracy.py [--n 200] [--seed 9301] [--workers 2] [--only ocr_name,dtmf,...]
+                                      [--mode careful|fast|both]
 
 Every item is fresh: rendered by the world's renderers (orchestra.world.image/audio/video) from a
-bench-only seed at the default noise of params (WorldParams().noise), saved to a temporary folder, and
-read back by the tool through the file alone. Only this bench compares with the truth. Prints one row
-per measure (n, accuracy, target, pass/miss, median tool latency), examples of misses, and a final
-RESULT line; exits 1 when a target is missed.
+bench-only seed at a level drawn from the default noise ranges of params (WorldParams().noise),
+saved to a temporary folder, and read back by the tool through the file alone. Only this bench
+compares with the truth. Prints one row per measure and tool variant (n, accuracy, target, pass/miss, median tool latency), examples of
+misses, and a final RESULT line; exits 1 when a target of the careful variant is missed.
 """
 
 from __future__ import annotations
@@ -73,8 +74,16 @@ def _wav(x: np.ndarray, folder: Path, i: int) -> Path:
     return path
 
 
-def run_item(measure: str, seed: int, i: int, folder: str) -> list[dict[str, Any]]:
-    """Render item ``i`` of ``measure``, run the tool on the saved file, score it. One or more rows."""
+def _call(tool: Any, mode: str | None, **args: Any) -> Any:
+    """Run ``tool`` with ``mode`` when its schema has one (fast / careful variants), else as it is."""
+    if mode is not None and "mode" in tool.input_schema.get("properties", {}):
+        args["mode"] = mode
+    return tool(**args)
+
+
+def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = None) -> list[dict[str, Any]]:
+    """Render item ``i`` of ``measure``, run the tool on the saved file, score it. One or more rows.
+    The same item (same seed) is rendered for every ``mode``, so modes compare on identical media."""
     from orchestra.tools import audio as A
     from orchestra.tools import image as I
     from orchestra.tools import video as V
@@ -84,13 +93,13 @@ def run_item(measure: str, seed: int, i: int, folder: str) -> list[dict[str, Any
     d = Path(folder)
     if measure in ("ocr_name", "ocr_number"):
         text = _name(rng) if measure == "ocr_name" else str(int(rng.integers(10, 10000)))
-        img, _ = image.render_sign(rng, text, NOISE.image)
-        obs = I.ImageOCR()(path=str(_image(img, d, i, rng)))
+        img, _ = image.render_sign(rng, text, NOISE.draw(rng, "image"))
+        obs = _call(I.ImageOCR(), mode, path=str(_image(img, d, i, rng)))
         got = obs.data.get("text", "").strip()
         return [{"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}]
     if measure == "shape_counts":
-        img, truth = image.render_shapes(rng, NOISE.image)
-        obs = I.ImageCountObjects()(path=str(_image(img, d, i, rng)))
+        img, truth = image.render_shapes(rng, NOISE.draw(rng, "image"))
+        obs = _call(I.ImageCountObjects(), mode, path=str(_image(img, d, i, rng)))
         got = obs.data.get("counts", {})
         return [
             {
@@ -107,8 +116,8 @@ def run_item(measure: str, seed: int, i: int, folder: str) -> list[dict[str, Any
         labels = [make_word(rng, 2, 3, 7) for _ in range(int(rng.integers(4, 6)))] if kind == "bar" else None
         if labels and len(set(labels)) < len(labels):
             labels = None
-        img, truth = image.render_chart(rng, NOISE.image, kind, labels=labels)
-        obs = I.ImageReadChart()(path=str(_image(img, d, i, rng)))
+        img, truth = image.render_chart(rng, NOISE.draw(rng, "image"), kind, labels=labels)
+        obs = _call(I.ImageReadChart(), mode, path=str(_image(img, d, i, rng)))
         vals, labs = obs.data.get("values", []), obs.data.get("labels", [])
         rows = []
         for k, tv in enumerate(truth["values"]):
@@ -132,19 +141,19 @@ def run_item(measure: str, seed: int, i: int, folder: str) -> list[dict[str, Any
         return rows
     if measure == "dtmf":
         digits = str(int(rng.integers(100, 100000)))
-        x, _ = audio.render_dtmf(rng, digits, NOISE.audio)
-        obs = A.AudioDTMF()(path=str(_wav(x, d, i)))
+        x, _ = audio.render_dtmf(rng, digits, NOISE.draw(rng, "audio"))
+        obs = _call(A.AudioDTMF(), mode, path=str(_wav(x, d, i)))
         got = obs.data.get("digits", "")
         return [{"m": measure, "ok": got == digits, "lat": obs.latency_s, "ex": f"{digits} -> {got}"}]
     if measure == "morse":
         text = _name(rng).upper() if i % 2 == 0 else str(int(rng.integers(10, 1000)))
-        x, _ = audio.render_morse(rng, text, NOISE.audio)
-        obs = A.AudioMorse()(path=str(_wav(x, d, i)))
+        x, _ = audio.render_morse(rng, text, NOISE.draw(rng, "audio"))
+        obs = _call(A.AudioMorse(), mode, path=str(_wav(x, d, i)))
         got = obs.data.get("text", "")
         return [{"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}]
     if measure == "beep_count":
-        x, truth = audio.render_beeps(rng, NOISE.audio)
-        obs = A.AudioTones()(path=str(_wav(x, d, i)))
+        x, truth = audio.render_beeps(rng, NOISE.draw(rng, "audio"))
+        obs = _call(A.AudioTones(), mode, path=str(_wav(x, d, i)))
         tones = obs.data.get("tones", [])
         pitch = statistics.median([t["freq_hz"] for t in tones]) if tones else 0.0
         return [
@@ -164,8 +173,10 @@ def run_item(measure: str, seed: int, i: int, folder: str) -> list[dict[str, Any
     if measure == "video_events":
         mode = ("caption", "scoreboard", "none")[i % 3]
         path = d / f"{i}.mp4"
-        truth = video.render_video(rng, NOISE.video, path, text_mode=mode, caption=_name(rng).upper())
-        obs = V.VideoEvents()(path=str(path))
+        truth = video.render_video(
+            rng, NOISE.draw(rng, "video"), path, text_mode=mode, caption=_name(rng).upper()
+        )
+        obs = _call(V.VideoEvents(), mode, path=str(path))
         got = obs.data.get("events", [])
         seen = [(g["kind"], g["object"], g["t"]) for g in got]
         rows = []
@@ -183,7 +194,7 @@ def run_item(measure: str, seed: int, i: int, folder: str) -> list[dict[str, Any
                     "ex": f"{e['kind']} {e['object']} @{e['t']} -> {seen}",
                 }
             )
-        tobs = V.VideoText()(path=str(path))
+        tobs = _call(V.VideoText(), mode, path=str(path))
         tl = [(t["text"].replace(" ", ""), t["t_start"], t["t_end"]) for t in tobs.data.get("timeline", [])]
         tt = [(t["text"].replace(" ", ""), t["t_start"], t["t_end"]) for t in truth["text"]]
         ok = len(tl) == len(tt) and all(
@@ -228,8 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=9301, help="bench seed (not used by any world)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated measures")
+    ap.add_argument(
+        "--mode",
+        choices=["careful", "fast", "both"],
+        default="careful",
+        help="tool variant (tools without variants ignore it); targets hold for careful; both: same items",
+    )
     args = ap.parse_args(argv)
     measures = [m for m in TARGETS if not args.only or m in args.only.split(",")]
+    modes = ["careful", "fast"] if args.mode == "both" else [args.mode]
     rows: list[dict[str, Any]] = []
     begin = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -237,39 +255,52 @@ def main(argv: list[str] | None = None) -> int:
         for m in measures:
             if m == "search_recall5":
                 continue
-            (Path(tmp) / m).mkdir()
-            jobs += [pool.submit(run_item, m, args.seed, i, str(Path(tmp) / m)) for i in range(args.n)]
+            for mode in modes:
+                folder = Path(tmp) / m / mode
+                folder.mkdir(parents=True)
+                jobs += [
+                    (mode, pool.submit(run_item, m, args.seed, i, str(folder), mode)) for i in range(args.n)
+                ]
         if "search_recall5" in measures:
-            rows += search_rows(args.seed, args.n)
-        for job in jobs:
-            rows += job.result()
-    by: dict[str, list[dict[str, Any]]] = {}
+            rows += [{**r, "mode": modes[0]} for r in search_rows(args.seed, args.n)]
+        for mode, job in jobs:
+            rows += [{**r, "mode": mode} for r in job.result()]
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        by.setdefault(r["m"], []).append(r)
-    print(f"{'measure':<16}{'n':>6}{'accuracy':>10}{'target':>8}  {'status':<6}{'median s':>9}  counted")
+        by.setdefault((r["m"], r["mode"]), []).append(r)
+    print(
+        f"{'measure':<16}{'mode':<9}{'n':>6}{'accuracy':>10}{'target':>8}  "
+        f"{'status':<6}{'median s':>9}  counted"
+    )
     missed = []
     for m in list(TARGETS) + list(EXTRA):
-        if m not in by:
-            continue
-        rs = by[m]
-        acc = sum(r["ok"] for r in rs) / len(rs)
-        lats = [r["lat"] for r in rs if r["lat"] is not None]
-        target = TARGETS.get(m, (None, EXTRA.get(m, "")))[0]
-        status = "-" if target is None else ("pass" if acc >= target else "MISS")
-        if status == "MISS":
-            missed.append(m)
-        med = f"{statistics.median(lats):.3f}" if lats else "-"
-        tgt = f"{target:.2f}" if target is not None else "-"
-        what = TARGETS[m][1] if m in TARGETS else EXTRA[m]
-        print(f"{m:<16}{len(rs):>6}{acc:>10.3f}{tgt:>8}  {status:<6}{med:>9}  {what}")
-    for m, rs in by.items():
+        for mode in modes:
+            if (m, mode) not in by:
+                continue
+            rs = by[(m, mode)]
+            acc = sum(r["ok"] for r in rs) / len(rs)
+            lats = [r["lat"] for r in rs if r["lat"] is not None]
+            target = TARGETS.get(m, (None, ""))[0] if mode == "careful" else None
+            status = "-" if target is None else ("pass" if acc >= target else "MISS")
+            if status == "MISS":
+                missed.append(m)
+            med = f"{statistics.median(lats):.3f}" if lats else "-"
+            tgt = f"{target:.2f}" if target is not None else "-"
+            what = TARGETS[m][1] if m in TARGETS else EXTRA[m]
+            print(f"{m:<16}{mode:<9}{len(rs):>6}{acc:>10.3f}{tgt:>8}  {status:<6}{med:>9}  {what}")
+    for (m, mode), rs in by.items():
         bad = [r["ex"] for r in rs if not r["ok"]]
         if bad:
-            print(f"\nmisses of {m} ({len(bad)}), first {min(5, len(bad))}:")
+            print(f"\nmisses of {m} ({mode}) ({len(bad)}), first {min(5, len(bad))}:")
             for ex in bad[:5]:
                 print(f"  {ex}")
-    counts = Counter(r["m"] for r in rows)
-    summary = " ".join(f"{m}={sum(r['ok'] for r in by[m]) / len(by[m]):.3f}" for m in TARGETS if m in by)
+    counts = Counter(r["m"] for r in rows if r["mode"] == modes[0])
+    summary = " ".join(
+        f"{m}@{mode}={sum(r['ok'] for r in by[(m, mode)]) / len(by[(m, mode)]):.3f}"
+        for m in TARGETS
+        for mode in modes
+        if (m, mode) in by
+    )
     passed = not missed and all(counts[m] >= args.n for m in measures if m != "chart_values")
     print(f"\nwall time {time.perf_counter() - begin:.0f}s")
     print(f"RESULT tools_accuracy pass={str(passed).lower()} missed={','.join(missed) or 'none'} {summary}")

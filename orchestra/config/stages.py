@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+import numpy as np
+from pydantic import Field, field_validator, model_validator
 
 from orchestra.config.common import CATEGORIES, LEVELS, REWRITE_STRATEGIES, Fraction, Seed, _Section
 
@@ -62,10 +63,35 @@ class TaskMix(_Section):
         return self
 
 
+Level = tuple[Fraction, Fraction]
+
+
 class NoiseParams(_Section):
-    image: Fraction = Field(0.3, description="0 = clean renders, 1 = heavy blur/rotation/JPEG noise")
-    audio: Fraction = Field(0.1, description="relative noise amplitude added to audio")
-    video: Fraction = Field(0.2, description="frame noise level")
+    """Per-file difficulty ranges ``[lo, hi]``: each media file draws its level uniformly from its
+    modality's range (a single number means ``[x, x]``: every file at that level). The drawn level
+    is recorded in ``truth/`` only, never in what the agent sees."""
+
+    image: Level = Field((0.3, 0.3), description="0 = clean renders, 1 = heavy blur/rotation/JPEG noise")
+    audio: Level = Field((0.1, 0.1), description="relative noise amplitude added to audio")
+    video: Level = Field((0.2, 0.2), description="frame noise level")
+
+    @field_validator("image", "audio", "video", mode="before")
+    @classmethod
+    def _range(cls, v: object) -> object:
+        return (v, v) if isinstance(v, int | float) else v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NoiseParams:
+        for k in ("image", "audio", "video"):
+            lo, hi = getattr(self, k)
+            if lo > hi:
+                raise ValueError(f"noise.{k}: [lo, hi] needs lo <= hi, got [{lo}, {hi}]")
+        return self
+
+    def draw(self, rng: np.random.Generator, modality: str) -> float:
+        """A file's level: ``lo`` when the range is a point (no rng draw), else uniform in ``[lo, hi]``."""
+        lo, hi = getattr(self, modality)
+        return float(lo) if lo == hi else round(float(rng.uniform(lo, hi)), 4)
 
 
 class WorldParams(_Section):

@@ -105,7 +105,7 @@ class MediaWriter:
         rel = self._name(rng, "videos", "mp4")
         truth = render_video(
             rng,
-            p.noise.video,
+            p.noise.draw(rng, "video"),
             self.root / rel,
             size=tuple(p.video_size),
             fps=p.video_fps,
@@ -122,7 +122,7 @@ class MediaWriter:
         phrase = e.etype.phrase
         if modality == "image":
             text = e.name.upper() if rng.random() < 0.3 else e.name
-            m = self.image(rng, *image.render_sign(rng, text, self.params.noise.image))
+            m = self.image(rng, *image.render_sign(rng, text, self.params.noise.draw(rng, "image")))
             return Fact(
                 m,
                 "read_text",
@@ -134,7 +134,7 @@ class MediaWriter:
                 e,
             )
         if modality == "audio":
-            m = self.audio(rng, *audio.render_morse(rng, e.name, self.params.noise.audio))
+            m = self.audio(rng, *audio.render_morse(rng, e.name, self.params.noise.draw(rng, "audio")))
             return Fact(
                 m,
                 "morse_text",
@@ -183,10 +183,9 @@ class MediaWriter:
         if not choices:
             raise WorldError(f"no producer for {n} {kind} fact(s) from {modality}")
         how = choices[int(rng.integers(len(choices)))]
-        ni, na = self.params.noise.image, self.params.noise.audio
         if how == "sign":
             v = value if value is not None else int(rng.integers(10, 10000))
-            m = self.image(rng, *image.render_sign(rng, str(v), ni))
+            m = self.image(rng, *image.render_sign(rng, str(v), self.params.noise.draw(rng, "image")))
             return [
                 Fact(
                     m,
@@ -198,7 +197,9 @@ class MediaWriter:
                 )
             ]
         if how == "shapes":
-            m = self.image(rng, *image.render_shapes(rng, ni, n_colors=max(3, n + 1)))
+            m = self.image(
+                rng, *image.render_shapes(rng, self.params.noise.draw(rng, "image"), n_colors=max(3, n + 1))
+            )
             counts: dict[str, dict[str, int]] = m.truth["counts"]
             colors = [c for c in counts]
             picked = [colors[i] for i in rng.permutation(len(colors))[:n].tolist()]
@@ -232,7 +233,9 @@ class MediaWriter:
         if how == "chart":
             chart = "bar" if rng.random() < 0.6 else "line"
             labels = self._chart_labels(rng, category) if chart == "bar" else None
-            m = self.image(rng, *image.render_chart(rng, ni, chart, labels=labels))
+            m = self.image(
+                rng, *image.render_chart(rng, self.params.noise.draw(rng, "image"), chart, labels=labels)
+            )
             picked = [m.truth["labels"][i] for i in rng.permutation(len(m.truth["labels"]))[:n].tolist()]
             return [
                 Fact(
@@ -247,7 +250,7 @@ class MediaWriter:
             ]
         if how == "dtmf":
             v = value if value is not None else int(rng.integers(100, 100000))
-            m = self.audio(rng, *audio.render_dtmf(rng, str(v), na))
+            m = self.audio(rng, *audio.render_dtmf(rng, str(v), self.params.noise.draw(rng, "audio")))
             return [
                 Fact(
                     m,
@@ -260,7 +263,7 @@ class MediaWriter:
             ]
         if how == "morse":
             v = value if value is not None else int(rng.integers(10, 1000))
-            m = self.audio(rng, *audio.render_morse(rng, str(v), na))
+            m = self.audio(rng, *audio.render_morse(rng, str(v), self.params.noise.draw(rng, "audio")))
             return [
                 Fact(
                     m,
@@ -273,12 +276,12 @@ class MediaWriter:
             ]
         if how == "speech":
             v = value if value is not None else int(rng.integers(10, 1000))
-            m = self.audio(rng, *audio.render_speech(rng, str(v), na))
+            m = self.audio(rng, *audio.render_speech(rng, str(v), self.params.noise.draw(rng, "audio")))
             return [
                 Fact(m, "speech_number", {}, kind, f"the {noun} spoken in the audio", "Transcribe the speech")
             ]
         if how == "beeps":
-            m = self.audio(rng, *audio.render_beeps(rng, na))
+            m = self.audio(rng, *audio.render_beeps(rng, self.params.noise.draw(rng, "audio")))
             return [
                 Fact(
                     m,
@@ -290,7 +293,7 @@ class MediaWriter:
                 )
             ]
         if how == "pitch":
-            m = self.audio(rng, *audio.render_beeps(rng, na))
+            m = self.audio(rng, *audio.render_beeps(rng, self.params.noise.draw(rng, "audio")))
             return [
                 Fact(
                     m,
