@@ -6,8 +6,9 @@ Usage: python bench/tools_accuracy.py [--n 200] [--seed 9301] [--workers 2] [--o
 Every item is fresh: rendered by the world's renderers (orchestra.world.image/audio/video) from a
 bench-only seed at a level drawn from the default noise ranges of params (WorldParams().noise),
 saved to a temporary folder, and read back by the tool through the file alone. Only this bench
-compares with the truth. Prints one row per measure and tool variant (n, accuracy, target, pass/miss, median tool latency), examples of
-misses, and a final RESULT line; exits 1 when a target of the careful variant is missed.
+compares with the truth. Prints one row per measure and tool variant (n, accuracy, target,
+pass/miss, median tool latency), examples of misses, and a final RESULT line; exits 1 when a
+target of the careful variant is missed.
 """
 
 from __future__ import annotations
