@@ -97,7 +97,8 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
         img, _ = image.render_sign(rng, text, NOISE.draw(rng, "image"))
         obs = _call(I.ImageOCR(), mode, path=str(_image(img, d, i, rng)))
         got = obs.data.get("text", "").strip()
-        return [{"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}]
+        row = {"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}
+        return [{**row, "conf": obs.data.get("confidence")}]
     if measure == "shape_counts":
         img, truth = image.render_shapes(rng, NOISE.draw(rng, "image"))
         obs = _call(I.ImageCountObjects(), mode, path=str(_image(img, d, i, rng)))
@@ -107,6 +108,7 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
                 "m": measure,
                 "ok": got == truth["counts"],
                 "lat": obs.latency_s,
+                "conf": obs.data.get("confidence"),
                 "ex": f"truth {truth['counts']} got {got}",
             }
         ]
@@ -120,6 +122,7 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
         img, truth = image.render_chart(rng, NOISE.draw(rng, "image"), kind, labels=labels)
         obs = _call(I.ImageReadChart(), mode, path=str(_image(img, d, i, rng)))
         vals, labs = obs.data.get("values", []), obs.data.get("labels", [])
+        confs = obs.data.get("value_confidences", [])
         rows = []
         for k, tv in enumerate(truth["values"]):
             v = vals[k] if len(vals) == len(truth["values"]) else None
@@ -128,6 +131,7 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
                     "m": measure,
                     "ok": v is not None and abs(v - tv) <= 0.02 * abs(tv),
                     "lat": obs.latency_s if k == 0 else None,
+                    "conf": confs[k] if v is not None and len(confs) == len(vals) else None,
                     "ex": f"{kind} {truth['labels'][k]}={tv} -> {v} ({obs.error or ''})",
                 }
             )
@@ -142,16 +146,36 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
         return rows
     if measure == "dtmf":
         digits = str(int(rng.integers(100, 100000)))
-        x, _ = audio.render_dtmf(rng, digits, NOISE.draw(rng, "audio"))
+        x, truth = audio.render_dtmf(rng, digits, NOISE.draw(rng, "audio"))
         obs = _call(A.AudioDTMF(), mode, path=str(_wav(x, d, i)))
         got = obs.data.get("digits", "")
-        return [{"m": measure, "ok": got == digits, "lat": obs.latency_s, "ex": f"{digits} -> {got}"}]
+        conf, lv = obs.data.get("confidence"), truth["level"]
+        return [
+            {
+                "m": measure,
+                "ok": got == digits,
+                "lat": obs.latency_s,
+                "conf": conf,
+                "level": lv,
+                "ex": f"{digits} -> {got}",
+            }
+        ]
     if measure == "morse":
         text = _name(rng).upper() if i % 2 == 0 else str(int(rng.integers(10, 1000)))
-        x, _ = audio.render_morse(rng, text, NOISE.draw(rng, "audio"))
+        x, truth = audio.render_morse(rng, text, NOISE.draw(rng, "audio"))
         obs = _call(A.AudioMorse(), mode, path=str(_wav(x, d, i)))
         got = obs.data.get("text", "")
-        return [{"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}]
+        conf, lv = obs.data.get("confidence"), truth["level"]
+        return [
+            {
+                "m": measure,
+                "ok": got == text,
+                "lat": obs.latency_s,
+                "conf": conf,
+                "level": lv,
+                "ex": f"{text!r} -> {got!r}",
+            }
+        ]
     if measure == "beep_count":
         x, truth = audio.render_beeps(rng, NOISE.draw(rng, "audio"))
         obs = _call(A.AudioTones(), mode, path=str(_wav(x, d, i)))
@@ -162,6 +186,8 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
                 "m": measure,
                 "ok": obs.data.get("count") == truth["count"],
                 "lat": obs.latency_s,
+                "conf": obs.data.get("confidence"),
+                "level": truth["level"],
                 "ex": f"{truth['count']} -> {obs.data.get('count')}",
             },
             {
@@ -172,14 +198,15 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
             },
         ]
     if measure == "video_events":
-        mode = ("caption", "scoreboard", "none")[i % 3]
+        text_mode = ("caption", "scoreboard", "none")[i % 3]  # not ``mode``: that is the tool variant
         path = d / f"{i}.mp4"
         truth = video.render_video(
-            rng, NOISE.draw(rng, "video"), path, text_mode=mode, caption=_name(rng).upper()
+            rng, NOISE.draw(rng, "video"), path, text_mode=text_mode, caption=_name(rng).upper()
         )
         obs = _call(V.VideoEvents(), mode, path=str(path))
         got = obs.data.get("events", [])
         seen = [(g["kind"], g["object"], g["t"]) for g in got]
+        conf, level = obs.data.get("confidence"), truth["level"]
         rows = []
         for e in truth["events"]:
             kind = "colour_change" if e["kind"] == "color_change" else e["kind"]
@@ -192,7 +219,10 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
                     "m": measure,
                     "ok": hit,
                     "lat": obs.latency_s if not rows else None,
-                    "ex": f"{e['kind']} {e['object']} @{e['t']} -> {seen}",
+                    "conf": conf,
+                    "item": i,
+                    "level": level,
+                    "ex": f"{e['kind']} {e['object']} @{e['t']} -> {seen} conf {conf}",
                 }
             )
         tobs = _call(V.VideoText(), mode, path=str(path))
@@ -202,7 +232,18 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
             a[0] == b[0] and abs(a[1] - b[1]) <= 0.5 and abs(a[2] - b[2]) <= 0.5
             for a, b in zip(tl, tt, strict=False)
         )
-        rows.append({"m": "video_text", "ok": ok, "lat": tobs.latency_s, "ex": f"{tt} -> {tl}"})
+        tconf = tobs.data.get("confidence")
+        rows.append(
+            {
+                "m": "video_text",
+                "ok": ok,
+                "lat": tobs.latency_s,
+                "conf": tconf,
+                "item": i,
+                "level": level,
+                "ex": f"{tt} -> {tl} conf {tconf}",
+            }
+        )
         return rows
     raise ValueError(f"unknown measure {measure!r}")
 

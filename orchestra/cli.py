@@ -1,4 +1,4 @@
-"""`orchestra ...`: the command line over the library (params, stages, world, tools, answer, serve)."""
+"""`orchestra ...`: the command line over the library (params, stages, world, tools, backends, answer)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from orchestra.agent import cli as agent_cli
+from orchestra.backends.cli import app as backends_app
 from orchestra.cli_common import fail
 from orchestra.errors import OrchestraError
 from orchestra.tools.cli import app as tools_app
@@ -18,6 +19,7 @@ params_app = typer.Typer(no_args_is_help=True, help="Inspect and check params.ya
 app.add_typer(params_app, name="params")
 app.add_typer(world_app, name="world", help="Generate and replay the procedural omni-modal world.")
 app.add_typer(tools_app, name="tools", help="List the tools and run one on a file.")
+app.add_typer(backends_app, name="backends", help="The expert pool: list it, calibrate its skill vectors.")
 app.command("answer")(agent_cli.answer)
 app.command("serve")(agent_cli.serve)
 

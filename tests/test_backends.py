@@ -19,6 +19,7 @@ from orchestra.backends.base import (
 )
 from orchestra.backends.builtin import BuiltinExpert
 from orchestra.backends.goals import GoalError, browse_goal, match_field
+from orchestra.backends.registry import expert_specs
 from orchestra.backends.selection import (
     infer_demand,
     match_score,
@@ -27,7 +28,7 @@ from orchestra.backends.selection import (
     select_tools,
     tool_profiles,
 )
-from orchestra.config import AgentParams, BackendSpec, LatencySpec, PriceSpec, parse_params
+from orchestra.config import SKILLS, AgentParams, BackendSpec, LatencySpec, PriceSpec, parse_params
 from orchestra.errors import ConfigError, ToolError
 from orchestra.schemas import SubTask
 from orchestra.tools.base import Observation, Tool
@@ -81,7 +82,28 @@ def build(name: str, spec: BackendSpec) -> Backend:
     return ToolBackend(name, spec.skills, spec.price, spec.latency, spec.description)
 
 
-POOL = registry_from_params(AgentParams().backends, {"builtin": build})
+def _spec(price: float, base_s: float, skills: dict[str, float]) -> BackendSpec:
+    return BackendSpec(
+        skills=skills,
+        price=PriceSpec(per_call=price),
+        latency=LatencySpec(base_s=base_s, per_1k_tokens_s=0.05),
+    )
+
+
+#: a fixed pool with different skill profiles (the shipped registry's numbers move with calibration)
+SPECS = {
+    "vision_expert": _spec(0.002, 0.5, {"ocr": 0.9, "counting": 0.85, "chart": 0.8, "reasoning": 0.3}),
+    "audio_expert": _spec(0.002, 0.5, {"audio_signal": 0.9, "speech": 0.8, "reasoning": 0.2}),
+    "video_expert": _spec(
+        0.004, 1.0, {"video_temporal": 0.9, "counting": 0.6, "audio_signal": 0.6, "ocr": 0.4}
+    ),
+    "web_expert": _spec(0.001, 0.3, {"search": 0.9, "browse": 0.9, "reasoning": 0.4}),
+    "code_expert": _spec(0.001, 0.2, {"code": 0.95, "reasoning": 0.7, "chart": 0.2}),
+    "generalist": _spec(
+        0.01, 2.0, {s: 0.5 for s in SKILLS} | {"search": 0.6, "browse": 0.6, "code": 0.6, "reasoning": 0.8}
+    ),
+}
+POOL = registry_from_params(SPECS, {"builtin": build})
 
 
 def test_cost_and_latency_models() -> None:
@@ -103,21 +125,21 @@ def test_backend_base_checks_and_card() -> None:
 
 
 def test_registry() -> None:
-    assert POOL.names() == sorted(AgentParams().backends) and len(POOL) == 6
+    assert POOL.names() == sorted(SPECS) and len(POOL) == 6
     with pytest.raises(BackendError, match="already registered"):
         POOL.register(ToolBackend("vision_expert", {"ocr": 1.0}))
     with pytest.raises(BackendError, match="valid backends: audio_expert, code_expert"):
         POOL.get("ocr_god")
     assert "speech" in POOL.skills_by_backend()["audio_expert"]
     with pytest.raises(BackendError, match="no factory for kind 'builtin'; available: openai"):
-        registry_from_params(AgentParams().backends, {"openai": build})
+        registry_from_params(SPECS, {"openai": build})
 
 
 def test_agent_params() -> None:
     p = parse_params({"agent": {"max_parallel": 2, "backends": {"x": {"skills": {"ocr": 1.0}}}}})
     assert p.agent.max_parallel == 2 and list(p.agent.backends) == ["x"]
-    with pytest.raises(ConfigError, match="unknown skills"):
-        parse_params({"agent": {"backends": {"x": {"skills": {"telepathy": 1.0}}}}})
+    with pytest.raises(BackendError, match="unknown skills"):  # checked against the registry's skills
+        expert_specs(parse_params({"agent": {"backends": {"x": {"skills": {"telepathy": 1.0}}}}}).agent)
     with pytest.raises(ConfigError, match="agent.backends.x.provider"):
         parse_params(
             {"agent": {"backends": {"x": {"kind": "openai", "provider": "vllm", "skills": {"ocr": 1}}}}}

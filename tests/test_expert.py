@@ -162,11 +162,11 @@ def test_expert_labels_off_expert_states(case: Case, task: Task, world_env: Envi
     ]
     state = _state_after(task, world_env, case.script(dag, task, world_env), case.system)
     fmt = "maestro" if case.system == "maestro" else "json"
-    got = expert_decision(state, task.solution_program or [], mode=case.mode, fmt=fmt, agent=world_env.agent)  # type: ignore[arg-type]
+    # the situations are about structure: escalation of unsure readings has its own test below
+    kw = {"mode": case.mode, "fmt": fmt, "agent": world_env.agent, "escalate": False}
+    got = expert_decision(state, task.solution_program or [], **kw)  # type: ignore[arg-type]
     case.expect(got, dag)
-    again = expert_decision(
-        state, task.solution_program or [], mode=case.mode, fmt=fmt, agent=world_env.agent
-    )  # type: ignore[arg-type]
+    again = expert_decision(state, task.solution_program or [], **kw)  # type: ignore[arg-type]
     assert render_decision(again, fmt) == render_decision(got, fmt)  # a function of the state alone
 
 
@@ -203,3 +203,45 @@ def test_expert_needs_an_able_backend(task: Task, world_env: Environment) -> Non
     )
     with pytest.raises(ExpertError, match="skill"):
         expert_decision(state, task.solution_program or [])
+
+
+def _set(state: OrchestraState, eid: str, **upd: object) -> OrchestraState:
+    ctx = [e.model_copy(update=upd) if e.id == eid else e for e in state.context]
+    return state.model_copy(update={"context": ctx})
+
+
+def test_a_low_confidence_result_is_escalated_to_a_stronger_expert(
+    task: Task, world_env: Environment
+) -> None:
+    from orchestra.agent.memory import Evidence
+
+    dag = expert_decision(_fresh(task, world_env), task.solution_program or [], agent=world_env.agent)
+    assert isinstance(dag, Delegate)
+    done = _state_after(task, world_env, [dag])
+    sure_all = [
+        e.model_copy(update={"confidence": None if e.confidence is None else 1.0}) for e in done.context
+    ]
+    done = done.model_copy(update={"context": sure_all})  # every reading sure, but the one this test sets
+    program = task.solution_program or []
+    unsure = _set(done, "E4", backend="audio_fast", confidence=0.3)  # the beeps, read by the fast expert
+    up = expert_decision(unsure, program, agent=world_env.agent)
+    assert isinstance(up, Delegate) and [st.id for st in up.subtasks] == ["E6", "E7"]
+    assert up.subtasks[0].goal == dag.subtasks[3].goal and up.subtasks[0].backend == "audio_expert"
+    assert up.subtasks[1].depends_on == ["E3", "E6"]  # its dependant follows it
+    # no escalation: the same state is finished on the unsure value
+    assert expert_decision(unsure, program, agent=world_env.agent, escalate=False) == Finish(answer="#E5")
+    e4 = next(e for e in unsure.context if e.id == "E4")
+    e5 = next(e for e in unsure.context if e.id == "E5")
+    sure = Evidence(**{**e4.model_dump(), "id": "E6", "backend": "audio_expert", "confidence": 0.95})
+    again = Evidence(**{**e5.model_dump(), "id": "E7", "depends_on": ["E3", "E6"]})
+    after = unsure.model_copy(update={"context": [*unsure.context, sure, again]})
+    assert expert_decision(after, program, agent=world_env.agent) == Finish(answer="#E7")
+    # the strongest expert was unsure too: the surest result stands (no stronger expert is left)
+    both_unsure = after.model_copy(
+        update={"context": [*unsure.context, sure.model_copy(update={"confidence": 0.4}), again]}
+    )
+    assert expert_decision(both_unsure, program, agent=world_env.agent) == Finish(answer="#E7")
+    # a failure on the fast expert goes to the stronger one too
+    failed = _set(done, "E4", backend="audio_fast", status="failed", value=None, error="no tones")
+    retry = expert_decision(failed, program, agent=world_env.agent)
+    assert isinstance(retry, Delegate) and retry.subtasks[0].backend == "audio_expert"

@@ -64,7 +64,7 @@ def test_ocr_reads_world_signs(world_media: dict, key: str) -> None:
     obs = ImageOCR()(path=str(path))
     assert obs.ok, obs.text
     assert obs.data["text"] == truth["text"]
-    assert obs.data["confidence"] > 60
+    assert obs.data["confidence"] >= 0.6 and obs.data["mode"] == "careful"
 
 
 def test_shape_counts_match_world_truth(world_media: dict) -> None:

@@ -241,7 +241,7 @@ def test_media_names_and_metadata_reveal_no_answer(small_world: Path) -> None:
         for m in task.omni_modal_input:
             assert re.fullmatch(r"(images|audios|videos)/[b-df-hj-np-tv-z]{12}\.(png|jpg|wav|mp4)", m.path)
             assert m.id == f"{m.type}_{Path(m.path).stem}"
-            name = m.path.lower()
+            name = Path(m.path).stem.lower()  # the folder and extension are fixed by the pattern above
             assert not [s for s in secrets if s.lower() in name]
             meta = metadata_bytes(small_world / "media" / m.path).lower()
             assert not [s for s in secrets if len(s) >= 3 and s.lower().encode() in meta], m.path

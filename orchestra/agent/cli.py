@@ -17,8 +17,28 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Answer quest
 _TYPES = {".png": "image", ".jpg": "image", ".jpeg": "image", ".wav": "audio", ".mp4": "video"}
 
 
+def _why(r: dict[str, Any]) -> str:
+    """Which expert ran a node and why: who chose it, and the score terms of the ranking."""
+    routing = r.get("routing") or {}
+    by = routing.get("by")
+    if by is None:
+        return f"expert {r['backend']}"
+    if by == "react":
+        return f"expert {r['backend']} (the ReAct agent runs everything)"
+    terms = []
+    for row in routing.get("ranking", []):
+        terms.append(
+            f"{row['backend']} {row['score']:.3f} = match {row['match']:.3f} - cost {row['cost']:.3f}"
+            f" - latency {row['latency']:.3f}"
+        )
+    chosen = "chosen by the policy" if by == "policy" else "chosen by cost-aware selection"
+    conf = "" if r.get("confidence") is None else f", confidence {r['confidence']:.2f}"
+    return f"expert {r['backend']} ({chosen}{conf}); ranking: " + "; ".join(terms)
+
+
 def _tree(traj: Any) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.tree import Tree
 
     root = Tree(
@@ -39,6 +59,7 @@ def _tree(traj: Any) -> None:
             )
             sub = node.add(head)
             sub.add(f"goal: {r['goal']}")
+            sub.add(escape(_why(r)))
             sub.add(f"value: {r['value']!r}" if r["status"] == "ok" else f"error: {r['error']}")
     Console().print(root)
 

@@ -17,6 +17,12 @@ Rule, in order:
    steps whose inputs are done, ``steps`` the first of those (ReAct, Maestro: one search).
    New ids continue after the largest id in the state; backends are chosen by the cost-aware
    match of the goal's demand against the state's backend cards (``assign_backends``).
+
+Escalation (with ``assign_backends``; what a policy can learn, since the state shows each result's
+backend, confidence and the pool's skill levels): a step whose results are all below
+``agent.escalation_confidence``, or that only failed, is pending again and goes to the strongest
+backend on its skill that beats every backend that already ran it; when there is none, the surest
+result stands. Its dependants follow it (their goals change with its value).
 """
 
 from __future__ import annotations
@@ -45,7 +51,17 @@ from orchestra.schemas import (
     SubTask,
 )
 
-__all__ = ["ExpertError", "ExpertMode", "Progress", "expert_decision", "program_inputs", "progress"]
+__all__ = [
+    "ExpertError",
+    "ExpertMode",
+    "Progress",
+    "Routing",
+    "StepGoal",
+    "expert_decision",
+    "program_inputs",
+    "progress",
+    "step_goal",
+]
 
 ExpertMode = Literal["dag", "waves", "steps"]
 _VAR = re.compile(r"\bv[0-9]+\b")
@@ -67,7 +83,9 @@ def program_inputs(step: SolutionStep) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Kind:
+class StepGoal:
+    """A program step as a sub-task goal: the goal text, the skill and tool it needs, its modal input."""
+
     goal: str
     skill: str
     tool: str
@@ -75,7 +93,7 @@ class _Kind:
     modal_type: str | None = None
 
 
-def _render(step: SolutionStep, ids: Mapping[str, str], inputs: Mapping[str, tuple[str, str]]) -> _Kind:
+def step_goal(step: SolutionStep, ids: Mapping[str, str], inputs: Mapping[str, tuple[str, str]]) -> StepGoal:
     """The step as a goal whose program variables are ``#E<id>`` references (``ids``: var -> id)."""
 
     def ref(v: str) -> str:
@@ -87,15 +105,15 @@ def _render(step: SolutionStep, ids: Mapping[str, str], inputs: Mapping[str, tup
         key, mtype = inputs[step.input_id]
         spec = PERCEPTIONS[step.perception]
         goal = perception_goal(step.perception, step.args, f"#{key}")
-        return _Kind(goal, spec.skill, spec.tool, key, mtype)
+        return StepGoal(goal, spec.skill, spec.tool, key, mtype)
     if isinstance(step, SearchStep):
         q = ref(step.query[1:]) if step.query.startswith("$") else step.query
-        return _Kind(search_goal(q), "search", "web_search")
+        return StepGoal(search_goal(q), "search", "web_search")
     if isinstance(step, BrowseStep):
         url = ref(step.url[1:]) if step.url.startswith("$") else step.url
-        return _Kind(browse_goal(url, step.field), "browse", "page_browser")
+        return StepGoal(browse_goal(url, step.field), "browse", "page_browser")
     expr = _VAR.sub(lambda m: ref(m.group(0)), step.expression)
-    return _Kind(compute_goal(expr), "code", "code_executor")
+    return StepGoal(compute_goal(expr), "code", "code_executor")
 
 
 def _norm(text: str) -> str:
@@ -104,23 +122,46 @@ def _norm(text: str) -> str:
 
 @dataclass
 class Progress:
-    """What the state's evidence shows of a program: var -> id of the newest ok evidence that ran the
-    step, and var -> failed/timed-out attempts at it."""
+    """What the state's evidence shows of a program: var -> id of the evidence accepted for the step,
+    var -> failed/timed-out attempts at it, and var -> the stronger backend to escalate it to."""
 
     done: dict[str, str] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    escalate: dict[str, str] = field(default_factory=dict)
+
+
+def _stronger(cards: Sequence[BackendCard], skill: str, tried: set[str]) -> str | None:
+    """The strongest card on ``skill`` whose level beats every backend in ``tried`` (ties: cheaper,
+    then name), or None when no untried backend is stronger."""
+    level = {c.name: c.skills.get(skill, 0.0) for c in cards}
+    best = max((level.get(b, 0.0) for b in tried), default=0.0)
+    better = [c for c in cards if level[c.name] > best and c.name not in tried]
+    if not better:
+        return None
+    return min(better, key=lambda c: (-level[c.name], c.price_per_call, c.name)).name
 
 
 def _modal_inputs(state: OrchestraState) -> dict[str, tuple[str, str]]:
     return {m.id: (modal_key(i), m.type) for i, m in enumerate(state.modal_inputs)}
 
 
-def progress(state: OrchestraState, program: Sequence[SolutionStep]) -> Progress:
+def progress(
+    state: OrchestraState,
+    program: Sequence[SolutionStep],
+    *,
+    escalate_below: float | None = None,
+) -> Progress:
     """Match program steps to the state's evidence by the goal each would run (see module docstring).
 
     A step can be matched only once its inputs are done; its expected goal is its rendering with
     ``#E`` references to those inputs' evidence, substituted exactly as the scheduler substitutes
     (``#M<n>`` stays itself, ``#E<n>`` becomes the evidence value), compared whitespace-normalised.
+
+    Escalation (``escalate_below`` set): a step is done by its newest ok evidence whose confidence is
+    unknown or at least ``escalate_below``. When its ok evidence is all less sure than that, or it
+    only failed, and a backend in the state is stronger on the step's skill than every backend that
+    ran it, the step is pending with that backend to escalate to; when none is stronger, the surest
+    ok evidence is accepted (a failed-only step stays pending for a plain retry).
     """
     inputs = _modal_inputs(state)
     values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(state.modal_inputs))}
@@ -130,18 +171,32 @@ def progress(state: OrchestraState, program: Sequence[SolutionStep]) -> Progress
         needs = program_inputs(step)
         if any(v not in out.done for v in needs):
             continue
-        raw = _render(step, out.done, inputs).goal
+        raw = step_goal(step, out.done, inputs).goal
         try:
             expected = _norm(substitute(raw, values))
         except ReferenceError_:
             continue
-        for e in state.context:
-            if _norm(e.goal) != expected:
-                continue
-            if e.ok:
-                out.done[step.out] = e.id
-            elif e.status in ("failed", "timeout"):
-                out.failures[step.out] = out.failures.get(step.out, 0) + 1
+        matches = [e for e in state.context if _norm(e.goal) == expected]
+        oks = [e for e in matches if e.ok]
+        bad = [e for e in matches if e.status in ("failed", "timeout")]
+        if bad:
+            out.failures[step.out] = len(bad)
+        if escalate_below is None:
+            if oks:
+                out.done[step.out] = oks[-1].id
+            continue
+        sure = [e for e in oks if e.confidence is None or e.confidence >= escalate_below]
+        if sure:
+            out.done[step.out] = sure[-1].id
+            continue
+        if not matches:
+            continue
+        skill = step_goal(step, out.done, inputs).skill
+        up = _stronger(state.backends, skill, {e.backend for e in matches if e.backend})
+        if up is not None:
+            out.escalate[step.out] = up
+        elif oks:
+            out.done[step.out] = max(oks, key=lambda e: (e.confidence or 0.0, e.id)).id
     return out
 
 
@@ -167,12 +222,23 @@ class _CardProfile:
         return cls(card.name, card.skills, _Priced(card.price_per_call), _Priced(card.latency_s))
 
 
-def _backend(kind: _Kind, cards: Sequence[BackendCard], agent: AgentParams, out: str) -> str:
-    able = [_CardProfile.of(c) for c in cards if c.skills.get(kind.skill, 0.0) > 0]
+#: how the expert names a node's backend: the cost-aware match (the default), or a fixed baseline.
+Routing = Literal["selection", "cheapest", "strongest"]
+
+
+def _backend(
+    kind: StepGoal, cards: Sequence[BackendCard], agent: AgentParams, out: str, routing: Routing = "selection"
+) -> str:
+    able = [c for c in cards if c.skills.get(kind.skill, 0.0) > 0]
     if not able:
         raise ExpertError(f"no backend in the state has the {kind.skill!r} skill step {out} needs")
+    if routing == "cheapest":
+        return min(able, key=lambda c: (c.price_per_call, -c.skills[kind.skill], c.name)).name
+    if routing == "strongest":
+        return min(able, key=lambda c: (-c.skills[kind.skill], c.price_per_call, c.name)).name
     demand = infer_demand(kind.goal, [kind.modal_type] if kind.modal_type else [])
-    return select_backend(demand, able, agent.cost_weight, agent.latency_weight).name
+    profiles = [_CardProfile.of(c) for c in able]
+    return select_backend(demand, profiles, agent.cost_weight, agent.latency_weight).name
 
 
 def expert_decision(
@@ -184,12 +250,19 @@ def expert_decision(
     assign_backends: bool = True,
     max_attempts: int = 2,
     agent: AgentParams | None = None,
+    routing: Routing = "selection",
+    escalate: bool = True,
 ) -> Action:
-    """The expert's next decision in ``state`` for a task solved by ``program`` (module docstring)."""
+    """The expert's next decision in ``state`` for a task solved by ``program`` (module docstring).
+
+    ``routing`` names how backends are picked (``selection``: the cost-aware match; ``cheapest`` /
+    ``strongest`` on the step's skill: the routing baselines); ``escalate=False`` turns escalation off.
+    """
     if not program:
         raise ExpertError("an empty program has no decisions")
     agent = agent or AgentParams()
-    prog = progress(state, program)
+    below = agent.escalation_confidence if assign_backends and escalate else None
+    prog = progress(state, program, escalate_below=below)
     final = program[-1].out
     if final in prog.done:
         return Finish(answer=f"#{prog.done[final]}")
@@ -213,14 +286,16 @@ def expert_decision(
     subtasks = []
     for k, s in enumerate(chosen):
         ids[s.out] = f"E{first + k}"
-        kind = _render(s, ids, inputs)
+        kind = step_goal(s, ids, inputs)
         subtasks.append(
             SubTask(
                 id=ids[s.out],
                 goal=kind.goal,
                 modalities=[kind.modal] if kind.modal else [],
                 tools=[kind.tool],
-                backend=_backend(kind, state.backends, agent, s.out) if assign_backends else None,
+                backend=(prog.escalate.get(s.out) or _backend(kind, state.backends, agent, s.out, routing))
+                if assign_backends
+                else None,
                 skill=kind.skill if fmt == "maestro" else None,
                 depends_on=[ids[v] for v in program_inputs(s)],
             )

@@ -81,6 +81,8 @@ class Evidence(BaseModel):
     attempts: int = Field(0, ge=0)
     error: str | None = None
     turn: int = Field(0, ge=0, description="the orchestrator turn whose decision created it")
+    confidence: float | None = Field(None, ge=0, le=1, description="the expert's confidence in the value")
+    routing: dict[str, Any] | None = Field(None, description="why its backend ran it (score terms)")
 
     @property
     def ok(self) -> bool:
@@ -111,6 +113,7 @@ class Evidence(BaseModel):
             output_tokens=self.output_tokens,
             cost=self.cost,
             error=self.error,
+            confidence=self.confidence,
         )
 
 
@@ -183,7 +186,8 @@ def render_evidence(e: Evidence, max_chars: int = 300) -> str:
         claim = (
             f"{claim} (value: {_short(value, max_chars)})" if claim else f"value: {_short(value, max_chars)}"
         )
-    return f"{head} -> {claim or '(no result)'}"
+    conf = "" if e.confidence is None else f" [{e.backend or 'auto'}, confidence {e.confidence:.2f}]"
+    return f"{head} -> {claim or '(no result)'}{conf}"
 
 
 def relevance(question: str, e: Evidence, latest_turn: int, needed: Collection[str] = ()) -> float:

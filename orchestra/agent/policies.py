@@ -14,7 +14,7 @@ from orchestra.agent.decision import (
     parse_decision,
     render_decision,
 )
-from orchestra.agent.expert import ExpertMode, expert_decision
+from orchestra.agent.expert import ExpertMode, Routing, expert_decision
 from orchestra.agent.state import OrchestraState, Style, render_state
 from orchestra.config import AgentParams
 from orchestra.errors import OrchestraError
@@ -162,6 +162,8 @@ class OraclePolicy(Policy):
         fmt: Format = "json",
         max_attempts: int = 2,
         assign_backends: bool = True,
+        routing: Routing = "selection",
+        escalate: bool = True,
     ) -> None:
         if not task.solution_program:
             raise PolicyError(f"task {task.id} has no solution program for the oracle to replay")
@@ -169,6 +171,7 @@ class OraclePolicy(Policy):
         self.agent = agent or AgentParams()
         self.mode, self.fmt, self.max_attempts = mode, fmt, max_attempts
         self.assign_backends = assign_backends
+        self.routing, self.escalate = routing, escalate
 
     def decide(self, state: OrchestraState) -> Action:
         return expert_decision(
@@ -179,6 +182,8 @@ class OraclePolicy(Policy):
             assign_backends=self.assign_backends,
             max_attempts=self.max_attempts,
             agent=self.agent,
+            routing=self.routing,
+            escalate=self.escalate,
         )
 
 

@@ -130,6 +130,7 @@ class _Run:
         status: Status = "failed"
         error = "no attempt made"
         calls, tin, tout, cost = [], 0, 0, 0.0
+        ran_on: dict[str, Any] = {}  # the backend (and why) of the last attempt that returned
         attempts = 0
 
         def spent() -> dict[str, Any]:  # accounting over every attempt so far, and the timings
@@ -168,6 +169,7 @@ class _Run:
                 status, error = "failed", f"attempt {attempt}: {type(e).__name__}: {e}"
                 continue
             calls += res.tool_calls
+            ran_on = {"backend": res.backend or node.backend, "routing": res.routing}
             tin, tout, cost = tin + res.input_tokens, tout + res.output_tokens, cost + res.cost
             if res.ok:
                 return base.model_copy(
@@ -177,11 +179,13 @@ class _Run:
                         "claim": res.claim,
                         "sources": list(res.sources),
                         "backend": res.backend or node.backend,
+                        "confidence": res.confidence,
+                        "routing": res.routing,
                         **spent(),
                     }
                 )
             status, error = "failed", f"attempt {attempt}: {res.error or 'sub-agent reported failure'}"
-        return base.model_copy(update={"status": status, "error": error, **spent()})
+        return base.model_copy(update={"status": status, "error": error, **ran_on, **spent()})
 
     async def run(self) -> list[Evidence]:
         g, lim = self.graph, self.limits

@@ -214,12 +214,14 @@ def _short(text: str, n: int) -> str:
 
 
 def render_evidence_compact(e: Evidence) -> str:
-    """``E1 ok vision_expert: <goal> = <value>`` or ``E2 failed web_expert: <goal> ! <error>``."""
+    """``E1 ok vision_fast: <goal> = <value> c0.42`` (c: the confidence) or
+    ``E2 failed web_expert: <goal> ! <error>``."""
     head = f"{e.id} {e.status} {e.backend or '-'}: {_short(e.goal, 140)}"
     if not e.ok:
         return f"{head} ! {_short(e.error or 'unknown', 90)}"
     value = "" if e.value is None else format_value(e.value)
-    return f"{head} = {_short(value, 90)}"
+    conf = "" if e.confidence is None else f" c{e.confidence:.2f}"
+    return f"{head} = {_short(value, 90)}{conf}"
 
 
 def _compact_user(state: OrchestraState, evidence: Sequence[str], history: Sequence[str]) -> str:

@@ -6,12 +6,13 @@ import copy
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from orchestra.agent.refs import ReferenceError_, find_refs, modal_key, substitute
 from orchestra.agent.scheduler import NodeInputs
 from orchestra.backends.base import Backend, BackendError, BackendRegistry, SubResult, SubTaskInput
 from orchestra.backends.goals import skill_tools, tool_skill_profiles
-from orchestra.backends.selection import infer_demand, select_backend, select_tools, tool_profiles
+from orchestra.backends.selection import infer_demand, score_terms, select_tools, tool_profiles
 from orchestra.config import AgentParams
 from orchestra.schemas import ModalInput, SubTask
 from orchestra.tools.base import Tool, ToolRegistry
@@ -62,16 +63,26 @@ class SubAgent:
         keys = list(subtask.modalities) or [r.key for r in find_refs(raw_goal) if r.kind == "M"]
         return {k: self.modal_inputs[k].model_copy(deep=True) for k in keys if k in self.modal_inputs}
 
-    def backend_for(self, subtask: SubTask, mask: dict[str, ModalInput]) -> Backend:
+    def backend_for(self, subtask: SubTask, mask: dict[str, ModalInput]) -> tuple[Backend, dict[str, Any]]:
+        """The backend for a node and why: ``{"by": "policy" | "selection" | "react", "demand",
+        "ranking": the top score terms}`` (the ranking is computed for a policy's choice too, so the
+        trajectory shows what cost-aware selection would have said)."""
         if self.force_backend is not None:
-            return self.force_backend
-        if subtask.backend is not None:
-            return self.backends.get(subtask.backend)
+            return self.force_backend, {"by": "react"}
         demand = infer_demand(subtask.goal, [m.type for m in mask.values()], subtask.skill)
         pool = list(self.backends)
         if subtask.skill is not None:
             pool = [b for b in pool if b.skills.get(subtask.skill, 0.0) > 0] or pool
-        return select_backend(demand, pool, self.agent.cost_weight, self.agent.latency_weight)
+        terms = score_terms(demand, pool, self.agent.cost_weight, self.agent.latency_weight)
+        why: dict[str, Any] = {
+            "by": "policy" if subtask.backend is not None else "selection",
+            "demand": demand,
+            "ranking": [
+                {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in terms[:3]
+            ],
+        }
+        name = subtask.backend if subtask.backend is not None else str(terms[0]["backend"])
+        return self.backends.get(name), why
 
     def tools_for(self, subtask: SubTask, mask: dict[str, ModalInput]) -> list[Tool]:
         if self.force_backend is not None and not subtask.tools:
@@ -93,7 +104,7 @@ class SubAgent:
                 return SubResult(ok=False, error=f"cannot resolve goal: {e}")
         mask = self.mask(subtask, inputs.raw_goal)
         try:
-            backend = self.backend_for(subtask, mask)
+            backend, why = self.backend_for(subtask, mask)
         except BackendError as e:
             return SubResult(ok=False, error=str(e))
         node = subtask.model_copy(update={"goal": goal, "backend": backend.name}, deep=True)
@@ -107,4 +118,4 @@ class SubAgent:
             seed=self.seed,
         )
         result = await backend.run(task, self.tools_for(subtask, mask))
-        return result if result.backend else result.model_copy(update={"backend": backend.name})
+        return result.model_copy(update={"backend": result.backend or backend.name, "routing": why})

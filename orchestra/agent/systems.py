@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -340,21 +341,28 @@ def evidence_of(trajectory: Trajectory) -> list[Evidence]:
 
 
 def builtin_backends(agent: AgentParams) -> BackendRegistry:
-    """The backend pool of ``agent.backends`` where every entry is a builtin expert."""
+    """The builtin experts of the pool (the registry file's, with ``agent.backends`` on top)."""
     from orchestra.backends.base import registry_from_params
     from orchestra.backends.builtin import builtin_factory
+    from orchestra.backends.registry import expert_specs, registry_for
 
-    return registry_from_params(agent.backends, {"builtin": builtin_factory})
+    reg = registry_for(agent)
+    specs = {k: v for k, v in expert_specs(agent, reg).items() if v.kind == "builtin"}
+    return registry_from_params(specs, {"builtin": partial(builtin_factory, routines=reg.routines())})
 
 
 def backend_pool(agent: AgentParams, providers: Mapping[str, ProviderSpec]) -> BackendRegistry:
-    """The whole pool B of ``agent.backends``: builtin experts, and ``openai``/``transformers``
-    backends on the chat client their provider names (clients are built, nothing is called)."""
+    """The whole pool B (the registry file's experts, with ``agent.backends`` on top): builtin experts,
+    and ``openai``/``transformers`` experts on the chat client their provider names (clients are
+    built, nothing is called)."""
     from orchestra.backends.base import registry_from_params
     from orchestra.backends.builtin import builtin_factory
     from orchestra.backends.openai_backend import openai_factory
+    from orchestra.backends.registry import expert_specs, registry_for
 
+    reg = registry_for(agent)
     lm = openai_factory(providers)
+    builtin = partial(builtin_factory, routines=reg.routines())
     return registry_from_params(
-        agent.backends, {"builtin": builtin_factory, "openai": lm, "transformers": lm}
+        expert_specs(agent, reg), {"builtin": builtin, "openai": lm, "transformers": lm}
     )

@@ -98,6 +98,10 @@ class SubResult(BaseModel):
     output_tokens: int = Field(0, ge=0)
     cost: float = Field(0.0, ge=0, description="the backend's own price for this attempt (tools excluded)")
     error: str | None = None
+    confidence: float | None = Field(
+        None, ge=0, le=1, description="how sure the expert is of the value (a tool's confidence); None: n/a"
+    )
+    routing: dict[str, Any] | None = Field(None, description="why this backend ran it (score terms)")
 
     @property
     def total_cost(self) -> float:

@@ -19,12 +19,13 @@ from orchestra.backends.base import Backend, SubResult, SubTaskInput, ToolCall
 from orchestra.backends.goals import (
     Goal,
     GoalError,
+    goal_by_routine,
     literal,
     match_field,
     parse_goal,
     skill_registry,
 )
-from orchestra.config import BackendSpec
+from orchestra.config import BackendSpec, LatencySpec, PriceSpec
 from orchestra.text import count_tokens, format_value
 from orchestra.tools.base import Observation, Tool
 
@@ -67,15 +68,44 @@ def _fail(obs: Observation) -> GoalError:
 
 
 class BuiltinExpert(Backend):
-    """An expert that executes builtin-grammar goals with real tools (see module docstring)."""
+    """An expert that executes builtin-grammar goals with real tools (see module docstring).
+
+    ``mode`` is the perception tool variant it runs (``fast`` | ``careful``; None: the tools'
+    default) — experts of one skill differ in real accuracy, latency and price. A perception result
+    carries the tool's confidence (``data["confidence"]``), so the orchestrator can escalate."""
 
     kind = "builtin"
+
+    def __init__(
+        self,
+        name: str,
+        skills: Mapping[str, float],
+        cost: PriceSpec | None = None,
+        latency: LatencySpec | None = None,
+        description: str = "",
+        mode: str | None = None,
+        routines: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    ) -> None:
+        super().__init__(name, skills, cost, latency, description)
+        self.mode = mode
+        self.routines = {k: dict(v) for k, v in (routines or {}).items()}
+
+    def _goal(self, task: SubTaskInput) -> Goal:
+        """The goal in the builtin grammar; for a Maestro query outside it (a skill named), the
+        skill's Level-2 routine picked by its registry keywords."""
+        try:
+            return parse_goal(task.subtask.goal)
+        except GoalError:
+            asked = task.subtask.skill
+            if asked is None or not self.routines.get(asked):
+                raise
+            return goal_by_routine(task.subtask.goal, asked, self.routines[asked])
 
     async def run(self, task: SubTaskInput, tools: Sequence[Tool]) -> SubResult:
         t0 = time.perf_counter()
         box = ToolBox(tools, task.max_steps)
         try:
-            goal = parse_goal(task.subtask.goal)
+            goal = self._goal(task)
             asked = task.subtask.skill
             if asked is not None and asked != goal.skill:  # Maestro: Level-2 routines live inside a skill
                 routines = ", ".join(skill_registry().get(asked, [])) or "none"
@@ -88,7 +118,18 @@ class BuiltinExpert(Backend):
             value, claim, sources = await self._solve(goal, task, box)
         except GoalError as e:
             return self._result(task, box, ok=False, error=str(e), started=t0)
-        return self._result(task, box, value=value, claim=claim, sources=sources, started=t0)
+        conf = None
+        if goal.perception is not None:  # a perception: the confidence of the value, from the same data
+            conf = goal.perception.confidence(box.observations[-1].data, goal.meta.get("args", {}))
+        return self._result(
+            task,
+            box,
+            value=value,
+            claim=claim,
+            sources=sources,
+            started=t0,
+            confidence=None if conf is None else float(conf),
+        )
 
     def _result(
         self,
@@ -101,6 +142,7 @@ class BuiltinExpert(Backend):
         sources: list[str] | None = None,
         error: str | None = None,
         started: float = 0.0,
+        confidence: float | None = None,
     ) -> SubResult:
         tin = count_tokens(task.subtask.goal) + sum(count_tokens(o.text) for o in box.observations)
         tout = count_tokens(claim or error or "")
@@ -115,6 +157,7 @@ class BuiltinExpert(Backend):
             output_tokens=tout,
             cost=self.cost.price(tin, tout),
             error=error,
+            confidence=confidence,
         )
 
     async def _solve(self, goal: Goal, task: SubTaskInput, box: ToolBox) -> tuple[Any, str, list[str]]:
@@ -138,7 +181,11 @@ class BuiltinExpert(Backend):
         path = Path(modal.path)
         if task.media_root and not path.is_absolute():
             path = Path(task.media_root) / path
-        obs = await box.call(spec.tool, {"path": str(path), **goal.args})
+        args: dict[str, Any] = {"path": str(path), **goal.args}
+        tool = box.tools.get(spec.tool)
+        if self.mode is not None and tool is not None and "mode" in tool.input_schema.get("properties", {}):
+            args["mode"] = self.mode
+        obs = await box.call(spec.tool, args)
         if not obs.ok:
             raise _fail(obs)
         value = spec.extract(obs.data, goal.meta.get("args", {}))
@@ -181,6 +228,9 @@ class BuiltinExpert(Backend):
         return value, f"{goal.meta['expression']} = {format_value(value)}", []
 
 
-def builtin_factory(name: str, spec: BackendSpec) -> BuiltinExpert:
-    """The ``builtin`` kind's factory for :func:`orchestra.backends.base.registry_from_params`."""
-    return BuiltinExpert(name, spec.skills, spec.price, spec.latency, spec.description)
+def builtin_factory(
+    name: str, spec: BackendSpec, routines: Mapping[str, Mapping[str, Sequence[str]]] | None = None
+) -> BuiltinExpert:
+    """The ``builtin`` kind's factory for :func:`orchestra.backends.base.registry_from_params`
+    (``routines``: the registry's Level-2 routine keywords by skill; bind them with a partial)."""
+    return BuiltinExpert(name, spec.skills, spec.price, spec.latency, spec.description, spec.mode, routines)

@@ -40,6 +40,7 @@ __all__ = [
     "PerceptionSpec",
     "browse_goal",
     "compute_goal",
+    "goal_by_routine",
     "goal_phrases",
     "nearest_phrase",
     "match_field",
@@ -196,6 +197,67 @@ def parse_goal(goal: str) -> Goal:
     raise GoalError(
         f"goal {goal[:120]!r} is not in the builtin grammar; nearest accepted phrase: "
         f"{nearest_phrase(goal)!r} (every phrase: orchestra.backends.goals.goal_phrases)"
+    )
+
+
+_QUOTED = re.compile(r"[\"'“‘]([^\"'”’]+)[\"'”’]")
+
+
+def _routine_args(spec: PerceptionSpec, query: str) -> dict[str, Any]:
+    """Arguments of a parametrised routine read off a free-form query: a colour and a shape word
+    (counting), a quoted label (chart), a shape word as the object (colour change)."""
+    from orchestra.tools.shapes import COLOURS, SHAPES
+
+    words = _tokens(query)
+    args: dict[str, Any] = {}
+    if "color" in spec.phrase:
+        colours = [w for w in words if w in COLOURS]
+        shapes = [w.rstrip("s") for w in words if w.rstrip("s") in SHAPES]
+        if colours:
+            args["color"] = colours[0]
+        if shapes:
+            args["shape"] = shapes[0]
+    if "{label}" in spec.phrase:
+        quoted = _QUOTED.search(query)
+        if not quoted:
+            raise GoalError(f"{spec.name}: put the chart label in quotes, e.g. 'the value for \"Fiba\"'")
+        args["label"] = quoted.group(1).strip()
+    if "{object}" in spec.phrase:
+        shapes = [w.rstrip("s") for w in words if w.rstrip("s") in SHAPES]
+        if not shapes:
+            raise GoalError(f"{spec.name}: name the object's shape (e.g. 'the circle')")
+        args["object"] = shapes[0]
+    return args
+
+
+def goal_by_routine(query: str, skill: str, routines: Mapping[str, Sequence[str]]) -> Goal:
+    """Maestro's Level-2 choice for a free-form query routed to ``skill``: the perception routine of
+    the skill whose keywords the query hits most (ties: the first listed), on the ``#M<n>`` the query
+    names; GoalError when no routine's keyword occurs or the query names no modal input."""
+    text = " ".join(query.lower().split())
+    hits = {
+        name: sum(1 for k in kws if re.search(rf"\b{re.escape(k.lower())}\b", text))
+        for name, kws in routines.items()
+        if name in PERCEPTIONS and PERCEPTIONS[name].skill == skill
+    }
+    best = max(hits.values(), default=0)
+    if best == 0:
+        raise GoalError(
+            f"no {skill!r} routine matches the query {query[:80]!r} (routines: {', '.join(routines)})"
+        )
+    spec = PERCEPTIONS[next(n for n, h in hits.items() if h == best)]
+    ref = re.search(r"#(M[1-9][0-9]*)\b", query)
+    if ref is None:
+        raise GoalError(f"the query names no modal input (#M1, #M2, ...): {query[:80]!r}")
+    args = _routine_args(spec, query)
+    return Goal(
+        "perceive",
+        spec.skill,
+        spec.tool,
+        {k: args[k] for k in spec.tool_args if k in args},
+        modal=ref.group(1),
+        perception=spec,
+        meta={"args": args, "routine": spec.name},
     )
 
 

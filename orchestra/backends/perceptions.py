@@ -105,18 +105,39 @@ def _appearances(data: Mapping[str, Any], _: Mapping[str, Any]) -> int:
     return sum(1 for e in _need(data, "events") if e.get("kind") == "appear")
 
 
-def _colour_change(data: Mapping[str, Any], args: Mapping[str, Any]) -> int | float:
+def _change_event(data: Mapping[str, Any], args: Mapping[str, Any]) -> Mapping[str, Any]:
     obj = str(args.get("object", "")).lower()
     ids = {str(o["id"]) for o in data.get("objects", []) if str(o.get("shape", "")).lower() == obj}
     ids |= {obj}
-    times = [
-        float(e["t"])
+    changes = [
+        e
         for e in _need(data, "events")
         if e.get("kind") in ("colour_change", "color_change") and str(e.get("object", "")).lower() in ids
     ]
-    if len(times) != 1:
-        raise GoalError(f"the {obj} changes colour {len(times)} times in the timeline, not once")
-    return int(times[0]) if times[0].is_integer() else times[0]
+    if len(changes) != 1:
+        raise GoalError(f"the {obj} changes colour {len(changes)} times in the timeline, not once")
+    return changes[0]
+
+
+def _colour_change(data: Mapping[str, Any], args: Mapping[str, Any]) -> int | float:
+    t = float(_change_event(data, args)["t"])
+    return int(t) if t.is_integer() else t
+
+
+def _change_confidence(data: Mapping[str, Any], args: Mapping[str, Any]) -> float | None:
+    """The timeline's confidence, and low (at most 0.2) when the change's time is an estimate between
+    samples (``t_error_s`` beyond half a frame): the answer is that time, to the frame."""
+    conf = data.get("confidence")
+    if conf is None:
+        return None
+    frame = 1.0 / float(data.get("fps") or 1.0)
+    error = float(_change_event(data, args).get("t_error_s") or 0.0)
+    return float(conf) if error <= frame / 2 else min(float(conf), 0.2)
+
+
+def _tool_confidence(data: Mapping[str, Any], _: Mapping[str, Any]) -> float | None:
+    conf = data.get("confidence")
+    return None if conf is None else float(conf)
 
 
 def _chart(data: Mapping[str, Any], args: Mapping[str, Any]) -> int:
@@ -146,6 +167,8 @@ class PerceptionSpec:
     extract: Extractor
     defaults: dict[str, str] = field(default_factory=dict)  # arg -> word meaning "not given"
     tool_args: tuple[str, ...] = ()  # perception args passed on to the tool
+    #: how sure the value is, from the same data: the tool's confidence unless the value needs more
+    confidence: Callable[[Mapping[str, Any], Mapping[str, Any]], float | None] = _tool_confidence
 
     def render(self, args: Mapping[str, Any]) -> str:
         values = {
@@ -235,5 +258,6 @@ PERCEPTIONS: dict[str, PerceptionSpec] = _perceptions(
         "video_temporal",
         "video_events",
         _colour_change,
+        confidence=_change_confidence,
     ),
 )

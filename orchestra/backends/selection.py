@@ -18,6 +18,7 @@ __all__ = [
     "infer_demand",
     "match_score",
     "rank_backends",
+    "score_terms",
     "select_backend",
     "select_tools",
     "tool_profiles",
@@ -62,17 +63,19 @@ def match_score(skills: Mapping[str, float], demand: Mapping[str, float]) -> flo
     return dot / (ns * nd) * coverage
 
 
-def rank_backends(
+def score_terms(
     demand: Mapping[str, float],
     backends: Sequence[P],
     cost_weight: float = 0.3,
     latency_weight: float = 0.0,
-) -> list[tuple[P, float]]:
-    """Backends with their scores, best first.
+) -> list[dict[str, float | str]]:
+    """Per backend, best first: ``{backend, match, cost, latency, score}`` — the terms of
 
     ``score(b) = match_score(s_b, d) - cost_weight * c_b / max_b' c_b' - latency_weight * l_b / max_b' l_b'``
-    with ``c_b``/``l_b`` the backend's estimated price/latency for one call. Ties go to the lower
-    estimated price, then the name, so the ranking is deterministic.
+
+    (``cost``/``latency`` are the two penalties as subtracted) with ``c_b``/``l_b`` the backend's
+    estimated price/latency for one call. Ties go to the lower estimated price, then the name, so
+    the ranking is deterministic. What ``orchestra answer`` prints for each node.
     """
     if not backends:
         raise BackendError("no backends to choose from")
@@ -83,17 +86,30 @@ def rank_backends(
     lats = {b.name: b.latency.estimate() for b in backends}
     cmax = max(costs.values()) or 1.0
     lmax = max(lats.values()) or 1.0
-    scored = [
-        (
-            b,
-            match_score(b.skills, demand)
-            - cost_weight * costs[b.name] / cmax
-            - latency_weight * lats[b.name] / lmax,
+    rows: list[dict[str, float | str]] = []
+    for b in backends:
+        match = match_score(b.skills, demand)
+        cost = cost_weight * costs[b.name] / cmax
+        lat = latency_weight * lats[b.name] / lmax
+        rows.append(
+            {"backend": b.name, "match": match, "cost": cost, "latency": lat, "score": match - cost - lat}
         )
-        for b in backends
+    rows.sort(key=lambda r: (-float(r["score"]), costs[str(r["backend"])], str(r["backend"])))
+    return rows
+
+
+def rank_backends(
+    demand: Mapping[str, float],
+    backends: Sequence[P],
+    cost_weight: float = 0.3,
+    latency_weight: float = 0.0,
+) -> list[tuple[P, float]]:
+    """Backends with their scores, best first (the terms: :func:`score_terms`)."""
+    by_name = {b.name: b for b in backends}
+    return [
+        (by_name[str(r["backend"])], float(r["score"]))
+        for r in score_terms(demand, backends, cost_weight, latency_weight)
     ]
-    scored.sort(key=lambda bs: (-bs[1], costs[bs[0].name], bs[0].name))
-    return scored
 
 
 def select_backend(

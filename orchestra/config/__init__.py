@@ -29,6 +29,7 @@ from orchestra.config.runtime import (
     PriceSpec,
     SandboxToolParams,
     SearchToolParams,
+    SkillMeasure,
     ToolParams,
 )
 from orchestra.config.stages import (
@@ -79,6 +80,7 @@ __all__ = [
     "SandboxToolParams",
     "SearchToolParams",
     "Seed",
+    "SkillMeasure",
     "SeedParams",
     "SFTParams",
     "TaskMix",

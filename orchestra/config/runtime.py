@@ -30,75 +30,54 @@ def _check_skills(skills: dict[str, float], where: str) -> None:
         raise ValueError(f"{where}: unknown skills {unknown}; allowed: {list(SKILLS)}")
 
 
+class SkillMeasure(_Section):
+    """What calibration measured for one expert and skill."""
+
+    accuracy: Fraction
+    p50_s: float = Field(ge=0)
+    n: int = Field(ge=1)
+
+
 class BackendSpec(_Section):
-    """One sub-agent backend of the pool B: its kind, skill vector, price and latency profile."""
+    """One expert of the pool B: its kind, skill vector, price and latency profile (a registry entry).
+
+    Skill names are checked against the registry's skills when the pool is built (a registry may
+    declare new ones)."""
 
     kind: Literal["builtin", "openai", "transformers"] = Field(
         "builtin", description="builtin = expert running real tool programs; openai/transformers = an LM"
     )
     provider: str | None = Field(None, description="openai/transformers: a key of `providers`")
+    mode: Literal["fast", "careful"] | None = Field(
+        None, description="builtin: the perception tool variant it runs (null: the tools' default, careful)"
+    )
     description: str = Field("", description="one line shown to the orchestrator")
     skills: dict[str, Fraction] = Field(min_length=1, description="skill -> proficiency in [0, 1]")
     price: PriceSpec = PriceSpec()
     latency: LatencySpec = LatencySpec()
+    measured: dict[str, SkillMeasure] = Field(
+        default_factory=dict, description="per skill: calibrated accuracy, p50 latency, items (calibrate)"
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> BackendSpec:
-        _check_skills(self.skills, "skills")
+        if self.kind != "builtin" and self.mode is not None:
+            raise ValueError(f"mode is for builtin experts; kind '{self.kind}' has none")
         if self.kind != "builtin" and not self.provider:
             raise ValueError(f"kind '{self.kind}' needs provider (a key of `providers`)")
         return self
 
 
-def _expert(description: str, price: float, base_s: float, skills: dict[str, float]) -> BackendSpec:
-    return BackendSpec(
-        description=description,
-        skills=skills,
-        price=PriceSpec(per_call=price),
-        latency=LatencySpec(base_s=base_s, per_1k_tokens_s=0.05),
-    )
-
-
-def _default_backends() -> dict[str, BackendSpec]:
-    """The embedded expert pool: builtin experts with different skill profiles (Maestro-style)."""
-    everything = {s: 0.5 for s in SKILLS} | {"search": 0.6, "browse": 0.6, "code": 0.6, "reasoning": 0.8}
-    return {
-        "vision_expert": _expert(
-            "reads images: text, shapes, charts",
-            0.002,
-            0.5,
-            {"ocr": 0.9, "counting": 0.85, "chart": 0.8, "reasoning": 0.3},
-        ),
-        "audio_expert": _expert(
-            "listens: tones, DTMF, Morse, speech",
-            0.002,
-            0.5,
-            {"audio_signal": 0.9, "speech": 0.8, "reasoning": 0.2},
-        ),
-        "video_expert": _expert(
-            "watches video: events over time, its audio track",
-            0.004,
-            1.0,
-            {"video_temporal": 0.9, "counting": 0.6, "audio_signal": 0.6, "ocr": 0.4},
-        ),
-        "web_expert": _expert(
-            "searches and browses the knowledge base",
-            0.001,
-            0.3,
-            {"search": 0.9, "browse": 0.9, "reasoning": 0.4},
-        ),
-        "code_expert": _expert(
-            "computes in a Python sandbox", 0.001, 0.2, {"code": 0.95, "reasoning": 0.7, "chart": 0.2}
-        ),
-        "generalist": _expert("a bit of everything, slower and dearer", 0.01, 2.0, everything),
-    }
-
-
 class AgentParams(_Section):
     """The orchestrator: backend pool, price table, scheduler limits, memory and stopping rule."""
 
+    registry: str | None = Field(
+        None,
+        description="expert registry file (YAML: skills and experts); null = the shipped, calibrated pool "
+        "(orchestra/resources/registry/experts.yaml)",
+    )
     backends: dict[str, BackendSpec] = Field(
-        default_factory=_default_backends, min_length=1, description="the backend pool B, by name"
+        default_factory=dict, description="experts replacing or adding to the registry's, by name"
     )
     tool_prices: dict[str, PriceSpec] = Field(
         default_factory=dict, description="price table for tools by name (unlisted: the tool's own)"
@@ -138,6 +117,11 @@ class AgentParams(_Section):
     )
     cost_weight: float = Field(0.3, ge=0, le=10, description="lambda: cost penalty in backend selection")
     latency_weight: float = Field(0.1, ge=0, le=10, description="mu: latency penalty in backend selection")
+    escalation_confidence: Fraction = Field(
+        0.6,
+        description="a perception result below this confidence is re-delegated to a stronger expert "
+        "(the expert's escalation rule; tool confidences are scaled so >= 0.6 is right >= 97% of the time)",
+    )
     max_tools: int = Field(3, ge=1, le=32, description="tools per sub-task chosen by the sparse cover")
     redundancy_penalty: Fraction = Field(0.5, description="rho: penalty on a tool re-covering covered demand")
 

@@ -71,9 +71,13 @@ class NoiseParams(_Section):
     modality's range (a single number means ``[x, x]``: every file at that level). The drawn level
     is recorded in ``truth/`` only, never in what the agent sees."""
 
-    image: Level = Field((0.3, 0.3), description="0 = clean renders, 1 = heavy blur/rotation/JPEG noise")
-    audio: Level = Field((0.1, 0.1), description="relative noise amplitude added to audio")
-    video: Level = Field((0.2, 0.2), description="frame noise level")
+    image: Level = Field((0.0, 0.5), description="0 = clean renders, 1 = heavy blur/rotation/JPEG noise")
+    audio: Level = Field(
+        (0.0, 0.8), description="0 = clean; 1 = loud noise, hum, fading, quiet gain, rapid jittery timing"
+    )
+    video: Level = Field(
+        (0.4, 1.0), description="0 = clean; 1 = brief captions and events, fast motion, heavy frame noise"
+    )
 
     @field_validator("image", "audio", "video", mode="before")
     @classmethod

@@ -1,19 +1,34 @@
-"""Audio perception tools: DTMF (Goertzel), beep/tone analysis, Morse decoding, time-range segments."""
+"""Audio perception tools: DTMF (Goertzel), beep/tone analysis, Morse decoding, time-range segments.
+
+The DTMF, tone and Morse tools take ``mode``: "careful" (default: adaptive noise floors, Schmitt
+triggers, matched filters) or "fast" (fixed windows and thresholds); both report ``confidence``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from orchestra.errors import ToolError
+from orchestra.tools.audio_dsp import (
+    Segment,
+    _frames,
+    dtmf_decode,
+    dtmf_decode_fast,
+    hysteresis,
+    irregular,
+    peak_frequency,
+    runs_of,
+    sigmoid_conf,
+    tone_segments,
+    tone_segments_fast,
+)
 from orchestra.tools.base import FailureKinds, Observation, Tool
 from orchestra.tools.media import FILE_FAILURES, Audio, MediaError, load_wav, output_path, write_wav
 
-DTMF_LOW = (697.0, 770.0, 852.0, 941.0)
-DTMF_HIGH = (1209.0, 1336.0, 1477.0, 1633.0)
-DTMF_KEYS = ("123A", "456B", "789C", "*0#D")
+__all__ = ["MORSE", "AudioDTMF", "AudioMorse", "AudioSegment", "AudioTones", "Segment", "dtmf_decode"]
+MODES = ("fast", "careful")
 
 MORSE: dict[str, str] = {
     ".-": "A",
@@ -63,166 +78,79 @@ MORSE: dict[str, str] = {
 }
 
 
-def _frames(x: np.ndarray, n: int, hop: int) -> np.ndarray:
-    if len(x) < n:
-        x = np.pad(x, (0, n - len(x)))
-    count = 1 + (len(x) - n) // hop
-    idx = np.arange(n)[None, :] + hop * np.arange(count)[:, None]
-    return x[idx]
-
-
-def goertzel_power(frames: np.ndarray, freqs: np.ndarray, rate: int) -> np.ndarray:
-    """Goertzel recurrence over every frame at every frequency: returns |X(f)|^2, shape (frames, freqs)."""
-    coef = 2.0 * np.cos(2.0 * np.pi * freqs / rate)[None, :]
-    s1 = np.zeros((frames.shape[0], len(freqs)))
-    s2 = np.zeros_like(s1)
-    for k in range(frames.shape[1]):
-        s0 = frames[:, k : k + 1] + coef * s1 - s2
-        s2, s1 = s1, s0
-    return s1 * s1 + s2 * s2 - coef * s1 * s2
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A stretch of tone: start/end seconds, dominant frequency (Hz) and level (dBFS)."""
-
-    start: float
-    end: float
-    freq: float
-    level_db: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "start": round(self.start, 3),
-            "end": round(self.end, 3),
-            "duration": round(self.duration, 3),
-            "freq_hz": round(self.freq, 1),
-            "level_dbfs": round(self.level_db, 1),
-        }
-
-
-def dtmf_decode(audio: Audio, min_tone_s: float = 0.03) -> list[dict[str, Any]]:
-    """DTMF keys with start/end times: per 25 ms frame, the strongest row and column tone (Goertzel)
-    must dominate its group by 6 dB, hold >= 25 % of the frame's power, and twist within +-10 dB;
-    runs of the same key (single-frame dropouts bridged) of at least ``min_tone_s`` become keys."""
-    rate = audio.rate
-    n, hop = int(round(0.025 * rate)), int(round(0.010 * rate))
-    win = np.hanning(n)
-    fr = _frames(audio.samples.astype(np.float64), n, hop) * win[None, :]
-    freqs = np.array(DTMF_LOW + DTMF_HIGH)
-    pw = goertzel_power(fr, freqs, rate) * 2.0 / win.sum() ** 2  # mean power A^2/2 of each tone
-    frame_power = (fr**2).sum(axis=1) / (win**2).sum() + 1e-12
-    low, high = pw[:, :4], pw[:, 4:]
-    li, hi = low.argmax(axis=1), high.argmax(axis=1)
-    lp, hp = low.max(axis=1), high.max(axis=1)
-    l2, h2 = np.sort(low, axis=1)[:, -2], np.sort(high, axis=1)[:, -2]
-    twist = 10 * np.log10((hp + 1e-15) / (lp + 1e-15))
-    valid = (lp > 4 * l2) & (hp > 4 * h2) & ((lp + hp) / frame_power > 0.25) & (np.abs(twist) < 10)
-    valid &= frame_power > 1e-7
-    sym = [DTMF_KEYS[li[i]][hi[i]] if valid[i] else "" for i in range(len(valid))]
-    for i in range(1, len(sym) - 1):  # bridge one-frame dropouts inside a key
-        if not sym[i] and sym[i - 1] and sym[i - 1] == sym[i + 1]:
-            sym[i] = sym[i - 1]
-    keys: list[dict[str, Any]] = []
-    i = 0
-    min_frames = max(2, int(round((min_tone_s - 0.025) / 0.010)) + 1)
-    while i < len(sym):
-        j = i
-        while j < len(sym) and sym[j] == sym[i]:
-            j += 1
-        if sym[i] and j - i >= min_frames:
-            start = (i * hop + n / 2) / rate - 0.005
-            end = ((j - 1) * hop + n / 2) / rate + 0.005
-            keys.append({"key": sym[i], "start": round(start, 3), "end": round(end, 3)})
-        i = j
-    return keys
-
-
-def peak_frequency(x: np.ndarray, rate: int) -> float:
-    """Dominant frequency (Hz) by a zero-padded Hann FFT with parabolic peak interpolation."""
-    if len(x) < 16:
-        return 0.0
-    nfft = 1 << int(np.ceil(np.log2(max(len(x) * 4, 4096))))
-    spec = np.abs(np.fft.rfft(x * np.hanning(len(x)), nfft))
-    lo = int(40 * nfft / rate)
-    k = lo + int(np.argmax(spec[lo:-1]))
-    a, b, c = np.log(spec[k - 1] + 1e-12), np.log(spec[k] + 1e-12), np.log(spec[k + 1] + 1e-12)
-    denom = a - 2 * b + c
-    off = 0.5 * (a - c) / denom if abs(denom) > 1e-12 else 0.0
-    return float((k + off) * rate / nfft)
-
-
-def tone_segments(audio: Audio, merge_gap_s: float = 0.02, min_len_s: float = 0.02) -> list[Segment]:
-    """Tonal stretches from the strongest spectral peak per 20 ms frame (5 ms hop): frames 12 dB over
-    the background (10th percentile) start a tone; its edges sit where the peak falls under half the
-    tone's own median amplitude. Gaps under ``merge_gap_s`` are bridged, bits under ``min_len_s`` dropped."""
+def morse_marks(audio: Audio) -> tuple[list[tuple[float, float]], float]:
+    """Careful Morse keying: (start, end) of each mark and the weakest mark's SNR (dB).
+    The carrier is the 32 ms-STFT bin whose power varies most (95th over 25th percentile: steady hum
+    and carriers do not), refined by a parabolic fit; a matched 16 ms Hann filter at that frequency
+    (2 ms hop) gives the envelope, median-smoothed over 5 steps. The noise floor is the envelope's
+    25th percentile (as a Rayleigh sigma); a Schmitt trigger follows fading: on above max(4 sigma,
+    half the local peak within +-0.3 s), off below max(3 sigma, 35 % of it). Marks < 10 ms drop."""
     x, rate = audio.samples.astype(np.float64), audio.rate
-    n, hop = int(round(0.02 * rate)), int(round(0.005 * rate))
-    win = np.hanning(n)
-    spec = np.abs(np.fft.rfft(_frames(x, n, hop) * win[None, :], axis=1))
-    band = slice(max(1, int(50 * n / rate)), int(0.95 * spec.shape[1]))
-    amp = spec[:, band].max(axis=1) * 2.0 / win.sum()  # ~ sinusoid amplitude
-    if amp.max() < 1e-4:
-        return []
-    floor, top = float(np.percentile(amp, 10)), float(np.percentile(amp, 99.5))
-    if top < 4 * floor:
-        # no on/off contrast: a steady sinusoid's peak is ~1.4x the RMS, white noise's ~0.35x
-        tonal = np.median(amp) > 0.8 * np.sqrt(np.mean(x**2)) and np.median(amp) > 1e-3
-        on = np.full(len(amp), bool(tonal))
-    else:
-        on = amp > max(4 * floor, 0.05 * top)
-    runs: list[list[int]] = []
-    for i in np.flatnonzero(on):
-        if runs and (i - runs[-1][1]) * hop / rate <= merge_gap_s + hop / rate:
-            runs[-1][1] = int(i)
-        else:
-            runs.append([int(i), int(i)])
-    for run in runs:  # edges where the amplitude crosses half of this tone's own level
-        half = 0.5 * float(np.median(amp[run[0] : run[1] + 1]))
-        while run[0] < run[1] and amp[run[0]] < half:
-            run[0] += 1
-        while run[1] > run[0] and amp[run[1]] < half:
-            run[1] -= 1
-    out: list[Segment] = []
-    for a, b in runs:
-        start = max(0.0, (a * hop + n / 2 - hop / 2) / rate)
-        end = min(len(x) / rate, (b * hop + n / 2 + hop / 2) / rate)
-        if end - start < min_len_s:
-            continue
-        s0, s1 = int(start * rate), int(end * rate)
-        trim = (s1 - s0) // 10
-        seg = x[s0 + trim : s1 - trim] if s1 - s0 - 2 * trim > 32 else x[s0:s1]
-        level = 20 * np.log10(np.sqrt(np.mean(seg**2)) * np.sqrt(2) + 1e-12)
-        out.append(Segment(start=start, end=end, freq=peak_frequency(seg, rate), level_db=float(level)))
-    return out
+    n, hop = int(round(0.032 * rate)), int(round(0.016 * rate))
+    spec = np.abs(np.fft.rfft(_frames(x, n, hop) * np.hanning(n)[None, :], axis=1)) ** 2
+    lo_k, hi_k = int(150 * n / rate), int(3000 * n / rate)
+    contrast = np.percentile(spec[:, lo_k:hi_k], 95, axis=0) / (
+        np.percentile(spec[:, lo_k:hi_k], 25, axis=0) + 1e-18
+    )
+    k = lo_k + int(np.argmax(contrast))
+    if spec[:, k].max() < (1e-4 * n / 4) ** 2:
+        return [], 0.0
+    loud = spec[spec[:, k] >= np.percentile(spec[:, k], 80)].mean(axis=0)
+    a, b, c = np.log(loud[k - 1 : k + 2] + 1e-18)
+    den = a - 2 * b + c
+    freq = (k + (0.5 * (a - c) / den if abs(den) > 1e-12 else 0.0)) * rate / n
+    m, step = int(round(0.016 * rate)), int(round(0.002 * rate))
+    w = np.hanning(m)
+    basis = w * np.exp(-2j * np.pi * freq * np.arange(m) / rate)
+    fr = _frames(x, m, step)
+    env = np.abs(fr @ basis) * 2 / w.sum()
+    pad = np.concatenate([env[:2], env, env[-2:]])
+    env = np.median(np.stack([pad[i : i + len(env)] for i in range(5)]), axis=0)
+    sigma = float(np.percentile(env, 25)) / np.sqrt(2 * np.log(4 / 3)) + 1e-9
+    half = int(round(0.3 * rate / step))
+    idx = np.clip(np.arange(len(env))[:, None] + np.arange(-half, half + 1, 4)[None, :], 0, len(env) - 1)
+    local = np.maximum(env[idx].max(axis=1), 0.15 * float(np.percentile(env, 99)))
+    on = hysteresis(env, np.maximum(4 * sigma, 0.5 * local), np.maximum(3 * sigma, 0.35 * local))
+    marks, snrs = [], []
+    for i, j in runs_of(on):
+        start, end = (i * step + m / 2) / rate, ((j + 1) * step + m / 2) / rate
+        if end - start >= 0.01:
+            marks.append((start, end))
+            snrs.append(20 * np.log10(float(np.median(env[i : j + 1])) / (4 * sigma)))
+    return marks, float(min(snrs, default=0.0))
 
 
-def morse_decode(segments: list[Segment]) -> dict[str, Any]:
-    """Decode ITU Morse from tone segments: marks split into dots/dashes by 1-D two-means on their
-    durations (unit = dot length), gaps into element (<2 units), letter (<5) and word gaps."""
-    if not segments:
-        return {"text": "", "code": "", "unit_s": 0.0}
-    marks = np.array([s.duration for s in segments])
-    gaps = np.array([b.start - a.end for a, b in zip(segments, segments[1:], strict=False)])
-    if marks.max() / marks.min() >= 1.8:
-        lo, hi = marks.min(), marks.max()
+def morse_decode(marks: list[tuple[float, float]]) -> dict[str, Any]:
+    """Decode ITU Morse from (start, end) marks: dots/dashes by 1-D two-means on their durations (split
+    at the clusters' geometric mean), the unit from the dots and the short gaps, gaps into element
+    (< 2 units), letter (< 5) and word gaps. ``margin`` (units): how far the closest mark or gap sits
+    from its decision threshold, the decoder's own doubt."""
+    if not marks:
+        return {"text": "", "code": "", "unit_s": 0.0, "margin": 0.0}
+    st = np.array([a for a, _ in marks])
+    marks_d = np.array([b - a for a, b in marks])
+    gaps = st[1:] - np.array([b for _, b in marks])[:-1]
+    lo, hi = float(marks_d.min()), float(marks_d.max())
+    if hi / lo >= 1.8:
+        thr = np.sqrt(lo * hi)
         for _ in range(20):
-            thr = (lo + hi) / 2
-            lo, hi = marks[marks <= thr].mean(), marks[marks > thr].mean()
-        unit = float((lo * np.sum(marks <= thr) + hi / 3 * np.sum(marks > thr)) / len(marks))
-    elif len(gaps):
-        unit = float(min(np.min(gaps), marks.mean()))
-        if marks.mean() < 2 * unit:
-            unit = float(marks.mean())
+            lo, hi = marks_d[marks_d <= thr].mean(), marks_d[marks_d > thr].mean()
+            thr = float(np.sqrt(lo * hi))
+        dots = marks_d[marks_d <= thr]
+        unit = float(np.median(np.concatenate([dots, gaps[gaps < 2 * dots.mean()]])))
     else:
-        unit = float(marks.mean())
+        unit = float(min(np.min(gaps), marks_d.mean())) if len(gaps) else float(marks_d.mean())
+        if marks_d.mean() < 2 * unit:
+            unit = float(marks_d.mean())
+        thr = 2 * unit
+    margin = float(np.min(np.abs(marks_d - thr))) / unit
+    if len(gaps):
+        margin = min(
+            margin, float(np.min(np.minimum(np.abs(gaps - 2 * unit), np.abs(gaps - 5 * unit)))) / unit
+        )
     code, letters, words, symbol = [], [], [], ""
-    for i, m in enumerate(marks):
-        symbol += "." if m < 2 * unit else "-"
+    for i, d in enumerate(marks_d):
+        symbol += "." if d <= thr else "-"
         gap = gaps[i] if i < len(gaps) else np.inf
         if gap >= 2 * unit:
             letters.append(MORSE.get(symbol, "?"))
@@ -234,9 +162,16 @@ def morse_decode(segments: list[Segment]) -> dict[str, Any]:
                 code.append("/")
     return {
         "text": " ".join(words),
-        "code": " ".join(code).replace(" / ", " / ").strip(" /"),
+        "code": " ".join(code).strip(" /"),
         "unit_s": round(unit, 4),
+        "margin": round(margin, 3),
     }
+
+
+def _mode_arg(mode: str) -> str:
+    if mode not in MODES:
+        raise ToolError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    return mode
 
 
 def _audio_schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -245,26 +180,57 @@ def _audio_schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": ["path"]}
 
 
+_MODE = {
+    "mode": {
+        "type": "string",
+        "enum": list(MODES),
+        "description": "careful (default): adaptive noise floor and thresholds, matched filters; "
+        "fast: fixed windows and thresholds, cheaper but misses on noisy, quiet or rapid audio",
+    }
+}
+
+
 class AudioDTMF(Tool):
-    """Decode telephone keypad (DTMF) tones."""
+    """Decode telephone keypad (DTMF) tones.
+
+    careful: :func:`dtmf_decode` (per-frequency noise floor, Schmitt trigger, whole-tone Goertzel);
+    fast: :func:`dtmf_decode_fast` (fixed 25 ms blocks, fixed level threshold). ``confidence`` is
+    ``sigmoid_conf`` of the decoder's score (dB): the weakest key's SNR / row-column dominance
+    margin, less penalties for rejected candidates (careful) or for suspicious timing - a key twice
+    as long as the others, keys touching, quiet frames near the threshold (fast). No keys: 0.2."""
 
     name: ClassVar[str] = "audio_dtmf"
     failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
     description: ClassVar[str] = (
         "Decode DTMF telephone-keypad tones in a WAV file (Goertzel filters on the 8 standard frequencies). "
-        "Returns the key sequence (0-9, *, #, A-D) with each key's start/end time in seconds."
+        "Returns the key sequence (0-9, *, #, A-D) with each key's start/end time in seconds, and a "
+        "confidence."
     )
-    input_schema: ClassVar[dict[str, Any]] = _audio_schema()
+    input_schema: ClassVar[dict[str, Any]] = _audio_schema(_MODE)
+    CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (0.0, 3.0), "fast": (-1.5, 2.0)}
 
-    def run(self, path: str) -> Observation:
-        keys = dtmf_decode(load_wav(path))
+    def run(self, path: str, mode: str = "careful") -> Observation:
+        mode = _mode_arg(mode)
+        audio = load_wav(path)
+        keys, score = dtmf_decode(audio) if mode == "careful" else dtmf_decode_fast(audio)
         digits = "".join(k["key"] for k in keys)
-        text = f"DTMF keys: {digits}" if digits else "No DTMF tones found."
-        return Observation(tool=self.name, text=text, data={"digits": digits, "keys": keys})
+        conf = sigmoid_conf(score, *self.CALIBRATION[mode]) if keys else 0.2
+        text = f"DTMF keys: {digits} (confidence {conf:.2f})" if digits else "No DTMF tones found."
+        return Observation(
+            tool=self.name, text=text, data={"digits": digits, "keys": keys, "mode": mode, "confidence": conf}
+        )
 
 
 class AudioTones(Tool):
-    """Count beeps and measure their pitch, duration and timing."""
+    """Count beeps and measure their pitch, duration and timing.
+
+    careful: :func:`tone_segments` (whitened STFT, per-bin noise floor, smoothed, Schmitt trigger);
+    fast: :func:`tone_segments_fast` (fixed 20 ms frames, spectral peak over a fixed -26 dBFS).
+    ``confidence`` is ``sigmoid_conf`` of a score (dB): careful - the weakest tone's SNR over the
+    on-threshold, less how far the strongest rejected blip rose over the off-threshold; fast - the
+    smaller of the on/off contrast and the weakest tone's level over the threshold, less 30 dB per
+    unit share of frames within 3 dB of the threshold and 8 dB when one beep-to-beep interval is
+    >= 1.7x the median (a beep missed?). None found: 0.3."""
 
     name: ClassVar[str] = "audio_tones"
     failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
@@ -272,29 +238,44 @@ class AudioTones(Tool):
         "Find beeps/tones in a WAV file: how many, each one's start and end time (s), duration and "
         "dominant pitch (Hz), from a spectral-peak envelope. Use for 'how many beeps', 'what pitch', 'when'."
     )
-    input_schema: ClassVar[dict[str, Any]] = _audio_schema()
+    input_schema: ClassVar[dict[str, Any]] = _audio_schema(_MODE)
+    CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (-1.0, 2.0), "fast": (0.2, 2.0)}
 
-    def run(self, path: str) -> Observation:
+    def run(self, path: str, mode: str = "careful") -> Observation:
+        mode = _mode_arg(mode)
         audio = load_wav(path)
-        segs = tone_segments(audio)
+        if mode == "careful":
+            segs, ev = tone_segments(audio)
+            score = ev["weakest_db"] - max(0.0, ev["reject_db"])
+        else:
+            segs, ev = tone_segments_fast(audio)
+            score = (
+                min(ev["contrast_db"], min((s.snr_db for s in segs), default=0.0)) - 30.0 * ev["ambiguous"]
+            )
+            score -= 8.0 if irregular([s.start for s in segs]) else 0.0
+        conf = sigmoid_conf(score, *self.CALIBRATION[mode]) if segs else 0.3
+        base = {"mode": mode, "confidence": conf, "duration_s": round(audio.duration, 3)}
         if not segs:
-            return Observation(tool=self.name, text="No tones found.", data={"count": 0, "tones": []})
+            return Observation(tool=self.name, text="No tones found.", data={"count": 0, "tones": [], **base})
         parts = [f"{s.start:.2f}-{s.end:.2f}s {s.freq:.0f} Hz" for s in segs[:20]]
         more = f" (+{len(segs) - 20} more)" if len(segs) > 20 else ""
         text = f"{len(segs)} tone(s): " + "; ".join(parts) + more
         return Observation(
             tool=self.name,
             text=text,
-            data={
-                "count": len(segs),
-                "tones": [s.as_dict() for s in segs],
-                "duration_s": round(audio.duration, 3),
-            },
+            data={"count": len(segs), "tones": [s.as_dict() for s in segs], **base},
         )
 
 
 class AudioMorse(Tool):
-    """Decode Morse code sent as tone pulses."""
+    """Decode Morse code sent as tone pulses.
+
+    careful: :func:`morse_marks` (carrier found by its on/off contrast, matched filter, fading-aware
+    Schmitt trigger); fast: :func:`tone_segments_fast` (fixed 10 ms frames, spectral peak over a fixed
+    -24 dBFS); both then :func:`morse_decode`. ``confidence`` is ``sigmoid_conf`` of a score: the
+    smaller of the weakest mark's SNR (dB; fast: on/off contrast less 30 dB per unit share of frames
+    near the threshold) and 20 dB per unit of the decoder's timing margin; an unknown letter '?'
+    scores -20. Nothing decoded: 0.2."""
 
     name: ClassVar[str] = "audio_morse"
     failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
@@ -302,14 +283,28 @@ class AudioMorse(Tool):
         "Decode International (ITU) Morse code played as tone pulses in a WAV file: letters, digits and "
         "common punctuation; the unit length is estimated from the pulses. Unknown patterns read '?'."
     )
-    input_schema: ClassVar[dict[str, Any]] = _audio_schema()
+    input_schema: ClassVar[dict[str, Any]] = _audio_schema(_MODE)
+    CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (3.5, 2.5), "fast": (0.2, 2.0)}
 
-    def run(self, path: str) -> Observation:
+    def run(self, path: str, mode: str = "careful") -> Observation:
+        mode = _mode_arg(mode)
         audio = load_wav(path)
-        segs = tone_segments(audio, merge_gap_s=0.01, min_len_s=0.015)
-        result = morse_decode(segs)
-        text = f"Morse: {result['text']} ({result['code']})" if result["text"] else "No Morse code found."
-        return Observation(tool=self.name, text=text, data={**result, "pulses": len(segs)})
+        if mode == "careful":
+            marks, snr = morse_marks(audio)
+        else:
+            segs, ev = tone_segments_fast(audio, frame_s=0.01, threshold=0.06)
+            marks = [(s.start, s.end) for s in segs]
+            snr = ev["contrast_db"] - 30.0 * ev["ambiguous"]
+        result = morse_decode(marks)
+        score = -20.0 if "?" in result["text"] else min(snr, 20.0 * result["margin"])
+        conf = sigmoid_conf(score, *self.CALIBRATION[mode]) if result["text"] else 0.2
+        text = (
+            f"Morse: {result['text']} ({result['code']}; confidence {conf:.2f})"
+            if result["text"]
+            else "No Morse code found."
+        )
+        data = {**result, "pulses": len(marks), "mode": mode, "confidence": conf}
+        return Observation(tool=self.name, text=text, data=data)
 
 
 class AudioSegment(Tool):
@@ -347,7 +342,7 @@ class AudioSegment(Tool):
         rms = float(np.sqrt(np.mean(cut.astype(np.float64) ** 2))) if len(cut) else 0.0
         peak = float(np.max(np.abs(cut))) if len(cut) else 0.0
         sub = Audio(samples=cut, rate=audio.rate, channels=1, sample_width=2)
-        segs = tone_segments(sub) if len(cut) >= int(0.03 * audio.rate) else []
+        segs = tone_segments(sub)[0] if len(cut) >= int(0.03 * audio.rate) else []
         data = {
             "out_path": str(dest),
             "start": start,

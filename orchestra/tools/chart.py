@@ -27,6 +27,12 @@ class Chart:
     geometry_values: list[float]
     printed_values: list[float | None]
     axis: dict[str, float] = field(default_factory=dict)
+    confidences: list[float] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> float:
+        """The weakest value's confidence (0-1)."""
+        return min(self.confidences, default=0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -37,26 +43,40 @@ class Chart:
             "geometry_values": self.geometry_values,
             "printed_values": self.printed_values,
             "axis": self.axis,
+            "value_confidences": self.confidences,
+            "confidence": self.confidence,
         }
 
 
-def _ocr(gray: np.ndarray, x0: int, y0: int, x1: int, y1: int, psm: int, digits: bool) -> list[OcrWord]:
-    """OCR one region, upscaled; word boxes come back in full-image pixels."""
+def geometry_confidence(a: float, rms: float, value: float) -> float:
+    """Confidence (0-1) that a value read off the geometry is within 2 %: the 2 % tolerance over the
+    value's uncertainty (|a| x (tick-fit rms residual (+) 0.5 px edge quantisation)), mapped
+    linearly from 1.5 (-> 0) to 4 (-> 1)."""
+    sigma = abs(a) * float(np.hypot(rms, 0.5))
+    return float(np.clip((0.02 * abs(value) / max(sigma, 1e-9) - 1.5) / 2.5, 0.0, 1.0))
+
+
+def _ocr(
+    gray: np.ndarray, x0: int, y0: int, x1: int, y1: int, psm: int, digits: bool, up: float = _UP
+) -> list[OcrWord]:
+    """OCR one region, upscaled by ``up``; word boxes come back in full-image pixels."""
     x0, y0 = max(0, x0), max(0, y0)
     x1, y1 = min(gray.shape[1], x1), min(gray.shape[0], y1)
     if x1 - x0 < 4 or y1 - y0 < 4:
         return []
-    crop = cv2.resize(gray[y0:y1, x0:x1], None, fx=_UP, fy=_UP, interpolation=cv2.INTER_CUBIC)
+    crop = gray[y0:y1, x0:x1]
+    if up != 1.0:
+        crop = cv2.resize(crop, None, fx=up, fy=up, interpolation=cv2.INTER_CUBIC)
     crop = cv2.copyMakeBorder(crop, 12, 12, 12, 12, cv2.BORDER_REPLICATE)
     words = tesseract_words(crop, psm=psm, whitelist="0123456789.,-%" if digits else None)
     return [
         OcrWord(
             w.text,
             w.conf,
-            int(x0 + (w.left - 12) / _UP),
-            int(y0 + (w.top - 12) / _UP),
-            int(w.width / _UP),
-            int(w.height / _UP),
+            int(x0 + (w.left - 12) / up),
+            int(y0 + (w.top - 12) / up),
+            int(w.width / up),
+            int(w.height / up),
             w.line,
         )
         for w in words
@@ -107,8 +127,9 @@ def strip_axes(gray: np.ndarray, axis_x: int, axis_y: int) -> np.ndarray:
     return out
 
 
-def value_map(gray: np.ndarray, axis_x: int, axis_y: int, top: int) -> tuple[float, float, int]:
-    """Fit value = a * y + b from the OCR'd y-tick labels left of the axis; returns (a, b, n ticks)."""
+def value_map(gray: np.ndarray, axis_x: int, axis_y: int, top: int) -> tuple[float, float, int, float]:
+    """Fit value = a * y + b from the OCR'd y-tick labels left of the axis; returns (a, b, n ticks,
+    rms residual of the kept ticks in pixels)."""
     words = _ocr(strip_axes(gray, axis_x, axis_y), 0, top - 15, axis_x - 1, axis_y + 15, psm=11, digits=True)
     pts = [
         (_snap(gray, axis_x, w.cy, top - 10, axis_y + 3), v)
@@ -127,9 +148,14 @@ def value_map(gray: np.ndarray, axis_x: int, axis_y: int, top: int) -> tuple[flo
         if keep.sum() <= 2 or err[worst] < 0.02 * span:
             break
         keep[worst] = False
+    return _checked_fit(a, b, ys[keep], vs[keep])
+
+
+def _checked_fit(a: float, b: float, ys: np.ndarray, vs: np.ndarray) -> tuple[float, float, int, float]:
     if a >= 0:
         raise MediaError("y-axis tick labels do not increase upwards; cannot map pixels to values")
-    return float(a), float(b), int(keep.sum())
+    rms = float(np.sqrt(np.mean(((a * ys + b - vs) / a) ** 2))) if len(ys) > 2 else 1.0
+    return float(a), float(b), len(ys), rms
 
 
 def _series_mask(bgr: np.ndarray) -> np.ndarray:
@@ -155,7 +181,7 @@ def read_chart(bgr: np.ndarray) -> Chart:
     gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
     h, w = gray.shape
     axis_x, axis_y, top = find_axes(gray)
-    a, b, nticks = value_map(gray, axis_x, axis_y, top)
+    a, b, nticks, rms = value_map(gray, axis_x, axis_y, top)
     span = abs(a) * (axis_y - top)
     mask = _series_mask(bgr)
     mask[: max(0, top - 10)] = 0
@@ -209,7 +235,7 @@ def read_chart(bgr: np.ndarray) -> Chart:
     # the bar top / point just below it
     plot_words = _ocr(cleaned, axis_x + 2, max(0, top - 40), w, axis_y - 1, psm=11, digits=True)
     numbers = [(wd, v) for wd in plot_words if (v := _number(wd.text)) is not None and wd.conf > 30]
-    geom, printed, final = [], [], []
+    geom, printed, final, confs = [], [], [], []
     for _, y, x0, x1 in points:
         g = a * y + b
         pad = max(6, (x1 - x0) // 2)
@@ -220,7 +246,9 @@ def read_chart(bgr: np.ndarray) -> Chart:
         p = min(nums, key=lambda v: abs(v - g)) if nums else None
         geom.append(round(g, 2))
         printed.append(p)
-        final.append(p if p is not None and abs(p - g) <= 0.04 * span else round(g, 2))
+        agree = p is not None and abs(p - g) <= 0.04 * span
+        final.append(p if agree else round(g, 2))
+        confs.append(1.0 if agree else round(geometry_confidence(a, rms, g), 3))
     title_words = _ocr(gray, 0, 0, w, max(top - 12, 5), psm=6, digits=False) if top > 20 else []
     title = " ".join(wd.text for wd in title_words if wd.conf > 40)
     return Chart(
@@ -236,7 +264,68 @@ def read_chart(bgr: np.ndarray) -> Chart:
             "value_per_px": round(-a, 5),
             "value_at_axis": round(a * axis_y + b, 3),
             "ticks_read": nticks,
+            "tick_rms_px": round(rms, 2),
         },
+        confidences=confs,
+    )
+
+
+def read_chart_fast(bgr: np.ndarray) -> Chart:
+    """Read a chart from its geometry alone, cheaply: one OCR pass over the y-tick labels at the
+    native scale (no axis stripping, tick snapping or outlier refit), each bar's top as the first
+    series row in its centre column (no sub-pixel edge), line points as the series centre under
+    each category label; printed values are not read."""
+    gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    h, w = gray.shape
+    axis_x, axis_y, top = find_axes(gray)
+    words = _ocr(gray, 0, top - 15, axis_x - 1, axis_y + 15, psm=11, digits=True, up=1.0)
+    pts = [(wd.cy, v) for wd in words if (v := _number(wd.text)) is not None and wd.conf > 30]
+    if len(pts) < 2:
+        raise MediaError(f"could not read the y-axis tick labels ({len(pts)} found, need 2)")
+    ys, vs = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    a, b, nticks, rms = _checked_fit(*np.polyfit(ys, vs, 1), ys, vs)
+    mask = _series_mask(bgr)
+    mask[: max(0, top - 10)] = 0
+    mask[axis_y - 1 :] = 0
+    mask[:, : axis_x + 2] = 0
+    n, lab, st, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
+    bars = [i for i in range(1, n) if st[i, 2] >= 8 and st[i, 1] + st[i, 3] >= axis_y - 4]
+    bars = [i for i in bars if st[i, 4] > 0.7 * st[i, 2] * st[i, 3]]
+    under = _ocr(gray, 0, axis_y + 2, w, min(h, axis_y + 45), psm=11, digits=False, up=1.0)
+    points: list[tuple[float, float, int, int]] = []
+    if bars:
+        kind = "bar"
+        for i in sorted(bars, key=lambda i: st[i, 0]):
+            x0, bw = int(st[i, 0]), int(st[i, 2])
+            points.append(
+                (x0 + bw / 2.0, float(np.flatnonzero(lab[:, x0 + bw // 2] == i).min()), x0, x0 + bw)
+            )
+    else:
+        kind = "line"
+        for x in sorted(wd.cx for wd in under if wd.cx > axis_x):
+            rows = np.flatnonzero(mask[:, int(x)])
+            if rows.size:
+                points.append((x, float(rows.mean()), int(x) - 15, int(x) + 15))
+    if not points:
+        raise MediaError("no bars or line points found in the plot area")
+    labels = _category_labels(gray, axis_y, [p[0] for p in points], [(p[2], p[3]) for p in points], under)
+    geom = [round(a * y + b, 2) for _, y, _, _ in points]
+    return Chart(
+        kind=kind,
+        title="",
+        labels=labels,
+        values=geom,
+        geometry_values=geom,
+        printed_values=[None] * len(geom),
+        axis={
+            "x_axis_y": axis_y,
+            "y_axis_x": axis_x,
+            "value_per_px": round(-a, 5),
+            "value_at_axis": round(a * axis_y + b, 3),
+            "ticks_read": nticks,
+            "tick_rms_px": round(rms, 2),
+        },
+        confidences=[round(geometry_confidence(a, rms, g), 3) for g in geom],
     )
 
 

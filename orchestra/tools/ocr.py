@@ -46,6 +46,14 @@ class OcrResult:
     conf: float = 0.0
     angle: float = 0.0
     variant: str = ""
+    agree: int = 1  # preprocessing variants whose reading equals this one (this one included)
+    passes: int = 1  # Tesseract passes made
+
+    @property
+    def min_conf(self) -> float:
+        """The lowest Tesseract confidence (0-100) of a word with a letter or digit; 0 when none."""
+        good = [w.conf for w in self.words if w.conf >= 0 and any(c.isalnum() for c in w.text)]
+        return float(min(good)) if good else 0.0
 
     @property
     def text(self) -> str:
@@ -324,11 +332,12 @@ def _read_region(
     bw_r, g_r = _pad(rotate(bw, angle)), _pad(rotate(g, angle))
     bw_r = cv2.morphologyEx(bw_r, cv2.MORPH_CLOSE, np.ones((2, 2), np.uint8))
     best = OcrResult(lines=[], conf=0.0, angle=angle, variant=f"{tag}/none")
-    best_score = -2.0
+    best_score, texts = -2.0, []
     for p in psms:
         for name, im in (("binary", bw_r), ("gray", g_r)):
             words = _clean(tesseract_words(im, psm=p, whitelist=whitelist))
             s = _score(words)
+            texts.append("\n".join(_group_lines(words)) if s >= 0 else None)
             if s > best_score:
                 best_score = s
                 best = OcrResult(
@@ -338,7 +347,8 @@ def _read_region(
                     angle=angle,
                     variant=f"{tag}/{name}/psm{p}/x{scale:.2f}",
                 )
-            if s >= 90:
+            best.agree, best.passes = texts.count(best.text) if best.lines else 0, len(texts)
+            if best_score >= 90 and best.agree >= 2:  # two preprocessings agree, both sure: done
                 return best
     return best
 
@@ -350,20 +360,50 @@ def read_text(img: np.ndarray, psm: int | None = None, whitelist: str | None = N
     a sign board's edge or colour does not upset the threshold. Variants: (denoised gray, Otsu
     binary) x (page layout psm 6, then sparse text psm 11, or the given ``psm``), rescaled to
     ~34 px glyphs and deskewed by the row-profile angle; the whole image is tried as well when the
-    crop reads poorly. Word boxes are in the preprocessed image's pixels.
+    crop reads poorly or no two variants agree. ``agree`` counts the variants (and the crop / full
+    pair) that read the kept text. Word boxes are in the preprocessed image's pixels.
     """
-    gray = to_gray(img)
-    if gray.shape[0] < 16 or gray.shape[1] < 16:
-        gray = cv2.resize(
-            gray, (max(16, gray.shape[1] * 4), max(16, gray.shape[0] * 4)), interpolation=cv2.INTER_CUBIC
-        )
+    gray = _min_size(to_gray(img))
     psms = [psm] if psm is not None else [6, 11]
     found = find_text_box(cv2.medianBlur(gray, 5))
     results = []
     if found is not None:
         (x0, y0, x1, y1), light = found
         results.append(_read_region(gray[y0:y1, x0:x1], psms, whitelist, "crop", light))
-        if results[-1].conf >= 85:
+        if results[-1].conf >= 85 and results[-1].agree >= 2:
             return results[-1]
     results.append(_read_region(gray, psms, whitelist, "full"))
-    return max(results, key=lambda r: r.conf)
+    best = max(results, key=lambda r: r.conf)
+    if len(results) == 2:  # the crop and the full image were both read: they vote as well
+        other = results[0] if best is results[1] else results[1]
+        best.agree += int(bool(best.lines) and other.text == best.text and other.agree >= 1)
+        best.passes += other.passes
+    return best
+
+
+def _min_size(gray: np.ndarray) -> np.ndarray:
+    """Tiny images enlarged 4x (at least 16 px a side) so Tesseract accepts them."""
+    if gray.shape[0] < 16 or gray.shape[1] < 16:
+        gray = cv2.resize(
+            gray, (max(16, gray.shape[1] * 4), max(16, gray.shape[0] * 4)), interpolation=cv2.INTER_CUBIC
+        )
+    return gray
+
+
+def read_text_fast(img: np.ndarray, psm: int | None = None, whitelist: str | None = None) -> OcrResult:
+    """One Tesseract pass (single text line, psm 7, or the given ``psm``) on the located text box in
+    gray, polarity flipped to dark on light: no rescaling, denoising, binarisation, ink cleanup,
+    deskew or second variant. Cheap; misses small, rotated, faint or blurred text that
+    :func:`read_text` recovers. ``angle`` is the text's skew, measured (for the confidence) but not
+    corrected."""
+    gray = _min_size(to_gray(img))
+    found = find_text_box(cv2.medianBlur(gray, 5))
+    if found is not None:
+        (x0, y0, x1, y1), light = found
+        gray = gray[y0:y1, x0:x1]
+        gray = 255 - gray if light else gray
+    words = _clean(tesseract_words(_pad(gray), psm=psm or 7, whitelist=whitelist))
+    s = _score(words)
+    lines = _group_lines(words) if s >= 0 else []
+    angle = estimate_skew(binarize(gray))
+    return OcrResult(lines, words, max(s, 0.0), angle, f"fast/crop/psm{psm or 7}", agree=0)

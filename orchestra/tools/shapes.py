@@ -55,6 +55,9 @@ class Shape:
     box: tuple[int, int, int, int]
     centre: tuple[float, float]
     area: float
+    purity: float = 1.0  # share of the blob's pixels that carry its colour name
+    agree: bool = True  # a second, independent shape reading gave the same name
+    margin: float = 1.0  # fast reading: its fill's distance from the nearest decision boundary
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -150,6 +153,17 @@ def classify_contour(cnt: np.ndarray) -> str:
     return "ellipse" if corners == 2 or aspect >= 1.2 else "circle"
 
 
+def parts_of(share: np.ndarray, bg_name: int) -> list[int]:
+    """The colours that each cover at least 15 % of a blob (not the background's name)."""
+    return [int(c) for c in np.argsort(-share) if share[c] >= 0.15 and c != bg_name]
+
+
+def _same_shape(a: str, b: str) -> bool:
+    """Two shape readings agree (square/rectangle and circle/ellipse count as near enough)."""
+    near = {"rectangle": "square", "ellipse": "circle"}
+    return near.get(a, a) == near.get(b, b)
+
+
 def detect_shapes(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[Shape]:
     """Find coloured objects on a background and name their colour and shape.
 
@@ -182,9 +196,8 @@ def detect_shapes(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[Shape]
             continue
         counts = np.bincount(names, minlength=len(_NAMES))
         share = counts / counts.sum()
-        parts = [c for c in np.argsort(-counts) if share[c] >= 0.15 and c != bg_name] or [
-            int(np.argmax(counts))
-        ]
+        parts = parts_of(share, bg_name) or [int(np.argmax(counts))]
+        purity = float(sum(share[c] for c in parts))  # the rest of the core is unexplained colour
         for c in parts:
             if len(parts) == 1:
                 mask = blob
@@ -199,14 +212,73 @@ def detect_shapes(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[Shape]
                 cnt = cnt + np.array([[x, y]])
                 m = cv2.moments(cnt)
                 bx, by, bww, bhh = cv2.boundingRect(cnt)
+                name = classify_contour(cnt)
                 out.append(
                     Shape(
                         colour=_NAMES[c],
-                        shape=classify_contour(cnt),
+                        shape=name,
                         box=(bx, by, bww, bhh),
                         centre=(m["m10"] / m["m00"], m["m01"] / m["m00"]),
                         area=float(area),
+                        purity=purity,
+                        agree=_same_shape(name, fill_margin(cnt)[0]),
                     )
                 )
+    out.sort(key=lambda s: (s.box[1] // 20, s.box[0]))
+    return out
+
+
+def fill_margin(cnt: np.ndarray) -> tuple[str, float]:
+    """Shape name from how much of its minimum-area rectangle an outline fills (a square ~1, a
+    circle ~0.79, a triangle ~0.5; concave outlines are stars) and the distance of that fill from
+    the nearest decision boundary (0.9 and 0.65): the reading's margin."""
+    area = cv2.contourArea(cnt)
+    if area / max(cv2.contourArea(cv2.convexHull(cnt)), 1.0) < 0.8:
+        return "star", 0.0
+    (_, _), (rw, rh), _ = cv2.minAreaRect(cnt)
+    fill = area / max(rw * rh, 1.0)
+    long = max(rw, rh) / max(min(rw, rh), 1.0) >= 1.2
+    margin = float(min(abs(fill - 0.9), abs(fill - 0.65)))
+    if fill >= 0.9:
+        return ("rectangle" if long else "square"), margin
+    if fill >= 0.65:
+        return ("ellipse" if long else "circle"), margin
+    return "triangle", margin
+
+
+def detect_shapes_fast(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[Shape]:
+    """One global threshold (30 Lab units from the border's median colour) on the raw image, no
+    smoothing or morphology, one object per connected blob named by its mean colour and
+    :func:`fill_margin`. Touching shapes stay merged and noise specks can break a blob apart."""
+    h, w = bgr.shape[:2]
+    lab = _lab(bgr)
+    dist = np.sqrt(((lab - background_lab(lab)[None, None, :]) ** 2).sum(axis=2))
+    fg = (dist > 30).astype(np.uint8)
+    n, comp, stats, _ = cv2.connectedComponentsWithStats(fg, connectivity=8)
+    min_area = max(40.0, min_area_frac * h * w)
+    out: list[Shape] = []
+    for i in range(1, n):
+        if stats[i, cv2.CC_STAT_AREA] < min_area:
+            continue
+        x, y, bw, bh = (int(stats[i, k]) for k in range(4))
+        blob = (comp[y : y + bh, x : x + bw] == i).astype(np.uint8)
+        contours, _ = cv2.findContours(blob, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+        cnt = max(contours, key=cv2.contourArea) + np.array([[x, y]])
+        pix = bgr[y : y + bh, x : x + bw][blob > 0]
+        colour = colour_name(pix.mean(axis=0))
+        names = label_colours(_lab(pix.reshape(1, -1, 3)))[0]
+        shape, margin = fill_margin(cnt)
+        m = cv2.moments(cnt)
+        out.append(
+            Shape(
+                colour=colour,
+                shape=shape,
+                box=(x, y, bw, bh),
+                centre=(m["m10"] / max(m["m00"], 1e-9), m["m01"] / max(m["m00"], 1e-9)),
+                area=float(stats[i, cv2.CC_STAT_AREA]),
+                purity=float(np.mean(names == _NAMES.index(colour))),
+                margin=margin,
+            )
+        )
     out.sort(key=lambda s: (s.box[1] // 20, s.box[0]))
     return out

@@ -33,14 +33,17 @@ def frame_objects(frame: np.ndarray) -> list[Shape]:
     ]
 
 
-def track_objects(frames: list[np.ndarray]) -> list[Track]:
+def track_objects(frames: list[np.ndarray]) -> tuple[list[Track], int]:
     """Greedy nearest-centre association of detections between frames: a track may go unseen for up
     to 3 frames (flicker) and is matched within about a quarter of the frame width, same shape preferred;
-    an object gone longer is a new track."""
+    an object gone longer is a new track. Returns the tracks seen in >= 2 frames and how many
+    detections there were in all."""
     tracks: list[Track] = []
+    n_dets = 0
     reach = 0.25 * frames[0].shape[1]
     for k, frame in enumerate(frames):
         dets = frame_objects(frame)
+        n_dets += len(dets)
         pairs = []
         for ti, tr in enumerate(tracks):
             lk, ls = tr.last()
@@ -59,7 +62,7 @@ def track_objects(frames: list[np.ndarray]) -> list[Track]:
         for di, d in enumerate(dets):
             if di not in used_d:
                 tracks.append(Track(dets={k: d}))
-    return [t for t in tracks if len(t.dets) >= 2]
+    return [t for t in tracks if len(t.dets) >= 2], n_dets
 
 
 def _majority(values: list[str]) -> str:
@@ -95,15 +98,89 @@ def _moves(pos: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
+def sample_start(times: list[float], dt: float, k: int) -> float:
+    """When something first seen in sample ``k`` began: midway between the previous sample's end
+    and this sample (exact for every-frame sampling)."""
+    return round(times[0] if k == 0 else (times[k - 1] + dt + times[k]) / 2, 3)
+
+
+def start_error(times: list[float], dt: float, k: int) -> float:
+    """How far :func:`sample_start` may be off: half the unseen frames before sample ``k`` (0 for
+    every-frame sampling, where the start is exact to the frame)."""
+    return 0.0 if k == 0 else round(max(0.0, times[k] - times[k - 1] - dt) / 2, 3)
+
+
+def end_error(times: list[float], dt: float, k: int) -> float:
+    """How far :func:`sample_end` may be off: half the unseen frames after sample ``k``."""
+    return 0.0 if k == len(times) - 1 else round(max(0.0, times[k + 1] - times[k] - dt) / 2, 3)
+
+
+def sample_end(times: list[float], dt: float, k: int, duration: float) -> float:
+    """When something last seen in sample ``k`` ended: midway to the next sample (or the clip's end)."""
+    return round(duration if k == len(times) - 1 else (times[k] + dt + times[k + 1]) / 2, 3)
+
+
+def event_confidence(
+    tracks: list[Track], n_dets: int, reach: float, last: int
+) -> tuple[float, dict[str, Any]]:
+    """How much the timeline can be trusted, from what the tracker could not explain (0-1).
+
+    Starts at 0.95 and is multiplied down per sign of trouble: 0.45 per unexplained detection (seen
+    in one sample only: a brief or late object, or a jump the association could not follow), 0.45
+    per change seen only in the final sample (unconfirmed colour or position), 0.5 per track that
+    ends where a same-shape track starts within two samples (a move too fast to follow, or a real
+    vanish and reappear), ``1.4 - jump`` (at most 1) for the largest centre jump between samples
+    as a share of the association reach, and the square of the weakest track's shape agreement.
+    """
+    kept = sum(len(t.dets) for t in tracks)
+    orphans = n_dets - kept
+    unconfirmed = 0
+    jump, purity = 0.0, 1.0
+    for tr in tracks:
+        ks = sorted(tr.dets)
+        shapes = [tr.dets[k].shape for k in ks]
+        purity = min(purity, shapes.count(_majority(shapes)) / len(shapes))
+        for a, b in zip(ks, ks[1:], strict=False):
+            da, db = tr.dets[a], tr.dets[b]
+            jump = max(
+                jump, float(np.hypot(db.centre[0] - da.centre[0], db.centre[1] - da.centre[1])) / reach
+            )
+        if ks[-1] == last and len(ks) >= 2:
+            a, b = tr.dets[ks[-2]], tr.dets[ks[-1]]
+            moved = float(np.hypot(b.centre[0] - a.centre[0], b.centre[1] - a.centre[1])) > 2.5
+            unconfirmed += int(a.colour != b.colour or moved)
+    broken = sum(
+        1
+        for a in tracks
+        for b in tracks
+        if a is not b
+        and 0 < min(b.dets) - max(a.dets) <= 2
+        and _majority([d.shape for d in a.dets.values()]) == _majority([d.shape for d in b.dets.values()])
+    )
+    conf = 0.95 * 0.45**orphans * 0.45**unconfirmed * 0.5**broken * min(1.0, 1.4 - jump) * purity**2
+    why = {
+        "orphans": orphans,
+        "unconfirmed": unconfirmed,
+        "broken": broken,
+        "jump": round(jump, 2),
+        "purity": round(purity, 2),
+    }
+    return round(float(np.clip(conf, 0.0, 1.0)), 3), why
+
+
 def object_events(
-    frames: list[np.ndarray], step_s: float
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Events per tracked object: appear / disappear (visibility runs of >= 2 frames), colour_change
-    (a new colour held >= 2 frames) and move (centre drifting > 2 px per frame), with times in seconds."""
+    frames: list[np.ndarray], times: list[float], dt: float, duration: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float, dict[str, Any]]:
+    """Events per tracked object: appear / disappear (visibility runs of >= 2 samples), colour_change
+    (a new colour held >= 2 samples) and move (centre drifting between resting places), with times
+    in seconds and ``t_error_s``, how far a time may be off (half the unseen frames around it: 0
+    when every frame is sampled); ``times`` are the samples' times, ``dt`` one frame. Returns
+    (events, objects, confidence, what lowered it) - see :func:`event_confidence`."""
     events: list[dict[str, Any]] = []
     objects = []
     last = len(frames) - 1
-    for n, tr in enumerate(sorted(track_objects(frames), key=lambda t: min(t.dets)), 1):
+    tracks, n_dets = track_objects(frames)
+    for n, tr in enumerate(sorted(tracks, key=lambda t: min(t.dets)), 1):
         ks = sorted(tr.dets)
         shape = _majority([tr.dets[k].shape for k in ks])
         name = f"{shape}#{n}"
@@ -114,17 +191,24 @@ def object_events(
                 "id": name,
                 "shape": shape,
                 "first_colour": colours[0],
-                "visible_s": [round(first * step_s, 3), round((end + 1) * step_s, 3)],
+                "visible_s": [sample_start(times, dt, first), sample_end(times, dt, end, duration)],
             }
         )
         if first > 0:
             events.append(
-                {"t": round(first * step_s, 3), "kind": "appear", "object": name, "colour": colours[0]}
+                {
+                    "t": sample_start(times, dt, first),
+                    "t_error_s": start_error(times, dt, first),
+                    "kind": "appear",
+                    "object": name,
+                    "colour": colours[0],
+                }
             )
         if end < last:
             events.append(
                 {
-                    "t": round((end + 1) * step_s, 3),
+                    "t": sample_end(times, dt, end, duration),
+                    "t_error_s": end_error(times, dt, end),
                     "kind": "disappear",
                     "object": name,
                     "colour": colours[-1],
@@ -136,7 +220,8 @@ def object_events(
             if c != cur and i + 1 < len(ks) and colours[i + 1] == c:
                 events.append(
                     {
-                        "t": round(ks[i] * step_s, 3),
+                        "t": sample_start(times, dt, ks[i]),
+                        "t_error_s": start_error(times, dt, ks[i]),
                         "kind": "colour_change",
                         "object": name,
                         "from": cur,
@@ -148,14 +233,16 @@ def object_events(
         for i, j in _moves(pos):
             events.append(
                 {
-                    "t": round(ks[i] * step_s, 3),
+                    "t": round(times[ks[i]], 3),
+                    "t_error_s": start_error(times, dt, ks[i]),
                     "kind": "move",
                     "object": name,
-                    "t_end": round(ks[j] * step_s, 3),
+                    "t_end": round(times[ks[j]], 3),
                     "from": [round(v) for v in pos[i]],
                     "to": [round(v) for v in pos[j]],
                     "colour": colours[j],
                 }
             )
     events.sort(key=lambda e: (e["t"], e["object"]))
-    return events, objects
+    conf, why = event_confidence(tracks, n_dets, 0.25 * frames[0].shape[1], last)
+    return events, objects, conf, why

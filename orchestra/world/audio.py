@@ -62,10 +62,13 @@ MORSE: dict[str, str] = {
 }
 
 
-def _tone(freqs: tuple[float, ...], dur: float, amp: float) -> np.ndarray:
+def _tone(
+    freqs: tuple[float, ...], dur: float, amp: float, weights: tuple[float, ...] | None = None
+) -> np.ndarray:
     n = int(round(dur * SAMPLE_RATE))
     t = np.arange(n, dtype=np.float64) / SAMPLE_RATE
-    x = sum(np.sin(2 * np.pi * f * t) for f in freqs) / len(freqs)
+    w = weights or (1.0,) * len(freqs)
+    x = sum(wi * np.sin(2 * np.pi * f * t) for f, wi in zip(freqs, w, strict=True)) / len(freqs)
     ramp = min(int(0.005 * SAMPLE_RATE), n // 2)
     if ramp:
         env = 0.5 - 0.5 * np.cos(np.linspace(0, np.pi, ramp))
@@ -74,40 +77,74 @@ def _tone(freqs: tuple[float, ...], dur: float, amp: float) -> np.ndarray:
     return amp * x
 
 
+def _level(noise: float) -> float:
+    """The difficulty level in [0, 1] that scales timing, fading and interference (noise uses ``noise``)."""
+    return float(np.clip(noise, 0.0, 1.0))
+
+
 def _assemble(
-    rng: np.random.Generator, parts: list[tuple[float, np.ndarray]], end_s: float, noise: float
-) -> tuple[np.ndarray, float]:
-    """Place (onset_s, samples) parts on a silent track of ``end_s`` seconds, add white noise, to int16."""
+    rng: np.random.Generator,
+    parts: list[tuple[float, np.ndarray]],
+    end_s: float,
+    noise: float,
+    hums: tuple[tuple[float, ...], ...],
+    amp: float,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Place (onset_s, samples) parts on a silent track of ``end_s`` seconds and degrade it the way a
+    real recording is: with probability level / 2 a steady interfering tone (one of ``hums``, at 15-55 %
+    of ``amp``), white noise of std 0.3 * noise, and a recording gain of 0 to -24 * level dB."""
+    lv = _level(noise)
     track = np.zeros(int(round(end_s * SAMPLE_RATE)), dtype=np.float64)
     for onset, x in parts:
         i = int(round(onset * SAMPLE_RATE))
         track[i : i + len(x)] += x[: len(track) - i]
+    hum: list[float] = []
+    if hums and rng.random() < 0.5 * lv:
+        hum = list(hums[int(rng.integers(len(hums)))])
+        t = np.arange(len(track)) / SAMPLE_RATE
+        h_amp = amp * float(rng.uniform(0.15, 0.55))
+        track += h_amp * sum(np.sin(2 * np.pi * f * t + rng.uniform(0, 2 * np.pi)) for f in hum) / len(hum)
     std = 0.3 * noise
     if std > 0:
         track += rng.normal(0.0, std, len(track))
-    return np.clip(np.rint(track * 32767), -32768, 32767).astype(np.int16), round(std, 4)
+    gain_db = -float(rng.uniform(0.0, 24.0 * lv))
+    track *= 10 ** (gain_db / 20)
+    x = np.clip(np.rint(track * 32767), -32768, 32767).astype(np.int16)
+    return x, {"noise_std": round(std, 4), "gain_db": round(gain_db, 2), "interference_hz": hum}
 
 
 def _r(x: float) -> float:
     return round(float(x), 4)
 
 
+def _other_tone(rng: np.random.Generator, freq: float) -> tuple[tuple[float, ...], ...]:
+    """Steady interferers for a tone at ``freq``: mains hum with harmonics or a carrier >= 200 Hz away."""
+    away = [f for f in range(300, 2500, 50) if abs(f - freq) >= 200]
+    return ((50.0, 150.0), (60.0, 180.0), (float(away[int(rng.integers(len(away)))]),))
+
+
 def render_dtmf(rng: np.random.Generator, digits: str, noise: float) -> tuple[np.ndarray, dict[str, Any]]:
-    """Standard DTMF key tones for ``digits`` (0-9, *, #, A-D), one tone per key with silent gaps."""
+    """Standard DTMF key tones for ``digits`` (0-9, *, #, A-D), one tone per key with silent gaps.
+    A higher level means shorter keys and gaps (down to 45 ms, the ITU Q.24 minimum), row/column
+    twist and per-key level changes up to +-4 / -6 dB, a dial tone or hum underneath, more noise."""
     bad = [d for d in digits if d not in DTMF_FREQS]
     if bad or not digits:
         raise WorldError(f"cannot dial {digits!r} with DTMF")
+    lv = _level(noise)
     amp = float(rng.uniform(0.35, 0.6))
     t = _r(rng.uniform(0.2, 0.5))
     parts, onsets, durs = [], [], []
     for d in digits:
-        dur = _r(rng.uniform(0.10, 0.18))
-        parts.append((t, _tone(DTMF_FREQS[d], dur, amp)))
+        dur = _r(rng.uniform(0.10 - 0.055 * lv, 0.18 - 0.09 * lv))
+        twist = float(rng.uniform(-4 * lv, 4 * lv))
+        gain = 10 ** (-float(rng.uniform(0, 6 * lv)) / 20)
+        w = (10 ** (twist / 40), 10 ** (-twist / 40))
+        parts.append((t, _tone(DTMF_FREQS[d], dur, amp * gain, w)))
         onsets.append(t)
         durs.append(dur)
-        t = _r(t + dur + rng.uniform(0.08, 0.15))
+        t = _r(t + dur + rng.uniform(0.08 - 0.035 * lv, 0.15 - 0.08 * lv))
     end = _r(t + 0.3)
-    x, std = _assemble(rng, parts, end, noise)
+    x, deg = _assemble(rng, parts, end, noise, ((350.0, 440.0), (440.0, 480.0), (50.0, 150.0)), amp)
     truth = {
         "kind": "dtmf",
         "digits": digits,
@@ -116,7 +153,8 @@ def render_dtmf(rng: np.random.Generator, digits: str, noise: float) -> tuple[np
         "tone_pairs_hz": [list(DTMF_FREQS[d]) for d in digits],
         "sample_rate": SAMPLE_RATE,
         "duration_s": end,
-        "noise_std": std,
+        "level": round(float(noise), 4),
+        **deg,
     }
     return x, truth
 
@@ -124,20 +162,24 @@ def render_dtmf(rng: np.random.Generator, digits: str, noise: float) -> tuple[np
 def render_beeps(
     rng: np.random.Generator, noise: float, count: int | None = None, freq_hz: int | None = None
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """A train of ``count`` equal-pitch sine beeps (pitch a multiple of 100 Hz) with jittered spacing."""
+    """A train of ``count`` equal-pitch sine beeps (pitch a multiple of 100 Hz) with jittered spacing.
+    A higher level means shorter beeps and gaps, more spacing jitter, beeps up to 14 dB quieter than
+    the loudest, a steady hum or carrier underneath, more noise and a lower recording gain."""
+    lv = _level(noise)
     count = count if count is not None else int(rng.integers(2, 10))
     freq_hz = freq_hz if freq_hz is not None else int(rng.integers(4, 16)) * 100
     amp = float(rng.uniform(0.35, 0.6))
-    dur = _r(rng.uniform(0.10, 0.20))
-    gap = float(rng.uniform(0.15, 0.35))
+    dur = _r(rng.uniform(0.10 - 0.05 * lv, 0.20 - 0.08 * lv))
+    gap = float(rng.uniform(0.15 - 0.08 * lv, 0.35 - 0.15 * lv))
     t = _r(rng.uniform(0.2, 0.5))
     parts, onsets = [], []
     for _ in range(count):
-        parts.append((t, _tone((freq_hz,), dur, amp)))
+        gain = 10 ** (-float(rng.uniform(0, 14 * lv)) / 20)
+        parts.append((t, _tone((freq_hz,), dur, amp * gain)))
         onsets.append(t)
-        t = _r(t + dur + gap * rng.uniform(0.8, 1.2))
+        t = _r(t + dur + gap * rng.uniform(0.8 - 0.2 * lv, 1.2 + 0.2 * lv))
     end = _r(t + 0.3)
-    x, std = _assemble(rng, parts, end, noise)
+    x, deg = _assemble(rng, parts, end, noise, _other_tone(rng, freq_hz), amp)
     truth = {
         "kind": "beeps",
         "count": count,
@@ -146,7 +188,8 @@ def render_beeps(
         "durations_s": [dur] * count,
         "sample_rate": SAMPLE_RATE,
         "duration_s": end,
-        "noise_std": std,
+        "level": round(float(noise), 4),
+        **deg,
     }
     return x, truth
 
@@ -163,28 +206,39 @@ def morse_code(text: str) -> list[str]:
 def render_morse(
     rng: np.random.Generator, text: str, noise: float, wpm: float | None = None
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """``text`` keyed in Morse with standard ITU timing (PARIS: unit = 1.2 / wpm seconds)."""
+    """``text`` keyed in Morse with ITU timing (PARIS: unit = 1.2 / wpm seconds). A higher level keys
+    it faster and by a shakier hand (each element and gap off by up to +-18 % * level, dash weight
+    3 +- 0.5 * level units), with slow fading (QSB) down to -15 dB, a hum or carrier, more noise."""
     code = morse_code(text)
-    wpm = wpm if wpm is not None else round(float(rng.uniform(16, 22)), 2)
+    lv = _level(noise)
+    wpm = wpm if wpm is not None else round(float(rng.uniform(16 + 4 * lv, 22 + 6 * lv)), 2)
     unit = 1.2 / wpm
     freq = int(rng.integers(11, 18)) * 50
     amp = float(rng.uniform(0.35, 0.6))
+    weight = 3.0 + float(rng.uniform(-0.5, 0.5)) * lv
+    jit = 0.18 * lv
+
+    def wobble(units: float) -> float:
+        return units * unit * (1 + float(rng.uniform(-jit, jit)))
+
     start = _r(rng.uniform(0.2, 0.5))
-    u = 0
+    t = start
     parts, elements = [], []
     for wi, word in enumerate(code):
         if wi:
-            u += 7 - 3
+            t += wobble(7) - wobble(1)
         for ci, ch in enumerate(word.split(" ")):
             if ci:
-                u += 3 - 1
+                t += wobble(3) - wobble(1)
             for sym in ch:
-                n = 1 if sym == "." else 3
-                elements.append([_r(start + u * unit), _r(n * unit)])
-                parts.append((start + u * unit, _tone((freq,), n * unit, amp)))
-                u += n + 1
-    end = _r(start + (u - 1) * unit + 0.4)
-    x, std = _assemble(rng, parts, end, noise)
+                dur = wobble(1 if sym == "." else weight)
+                elements.append([_r(t), _r(dur)])
+                parts.append((t, _tone((freq,), dur, amp)))
+                t += dur + wobble(1)
+    end = _r(t + 0.4)
+    depth, period, phase = float(rng.uniform(0, 0.82 * lv)), float(rng.uniform(0.8, 2.5)), rng.uniform(0, 6.3)
+    parts = [(on, x * (1 - depth * (0.5 + 0.5 * np.sin(2 * np.pi * on / period + phase)))) for on, x in parts]
+    x, deg = _assemble(rng, parts, end, noise, _other_tone(rng, freq), amp)
     truth = {
         "kind": "morse",
         "text": text.upper(),
@@ -195,7 +249,9 @@ def render_morse(
         "elements": elements,
         "sample_rate": SAMPLE_RATE,
         "duration_s": end,
-        "noise_std": std,
+        "level": round(float(noise), 4),
+        "fade_depth": round(depth, 3),
+        **deg,
     }
     return x, truth
 
@@ -223,7 +279,7 @@ def render_speech(rng: np.random.Generator, text: str, noise: float) -> tuple[np
     speech = np.interp(np.arange(n) * rate / SAMPLE_RATE, np.arange(len(src)), src)
     start = _r(rng.uniform(0.2, 0.5))
     end = _r(start + n / SAMPLE_RATE + 0.3)
-    x, std = _assemble(rng, [(start, speech)], end, noise)
+    x, deg = _assemble(rng, [(start, speech)], end, noise, (), 0.3)
     truth = {
         "kind": "speech",
         "text": text,
@@ -231,7 +287,8 @@ def render_speech(rng: np.random.Generator, text: str, noise: float) -> tuple[np
         "onset_s": start,
         "sample_rate": SAMPLE_RATE,
         "duration_s": end,
-        "noise_std": std,
+        "level": round(float(noise), 4),
+        **deg,
     }
     return x, truth
 

@@ -64,18 +64,40 @@ def _background(rng: np.random.Generator, size: tuple[int, int], light: bool = T
     return Image.fromarray(np.rint(arr).astype(np.uint8), "RGB")
 
 
+def _clutter(rng: np.random.Generator, img: Image.Image, k: int) -> None:
+    """``k`` background marks (lines, outlines, dots) in random muted colours: a busy real scene."""
+    d = ImageDraw.Draw(img)
+    w, h = img.size
+    for _ in range(k):
+        rgb = tuple(int(v) for v in rng.integers(60, 200, 3))
+        x0, y0, x1, y1 = (float(v) for v in rng.uniform(0, 1, 4) * (w, h, w, h))
+        kind = _int(rng, 0, 2)
+        if kind == 0:
+            d.line((x0, y0, x1, y1), fill=rgb, width=_int(rng, 1, 3))
+        elif kind == 1:
+            d.ellipse((min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)), outline=rgb, width=2)
+        else:
+            r = float(rng.uniform(2, 6))
+            d.ellipse((x0 - r, y0 - r, x0 + r, y0 + r), fill=rgb)
+
+
 def render_sign(
     rng: np.random.Generator, text: str, noise: float, size: tuple[int, int] = (480, 270)
 ) -> tuple[Image.Image, dict[str, Any]]:
-    """A sign board showing ``text`` (one line) in a random font, size, rotation, blur and noise."""
+    """A sign board showing ``text`` (one line) in a random font; a higher ``noise`` level gives
+    smaller and fainter text, more rotation (up to 20 degrees), background clutter, blur, pixel
+    noise and a harsher JPEG round trip."""
     w, h = size
     img = _background(rng, size, light=bool(rng.random() < 0.6))
+    _clutter(rng, img, int(round(8 * noise * rng.random())))
     fname = FONT_NAMES[_int(rng, 0, len(FONT_NAMES) - 1)]
-    px = _int(rng, 46, 66)
-    while px > 40 and font(fname, px).getlength(text) > 0.8 * w:
+    px = _int(rng, int(46 - 24 * noise), int(66 - 30 * noise))
+    while px > 20 and font(fname, px).getlength(text) > 0.8 * w:
         px -= 2
     f = font(fname, px)
-    board_rgb, ink = _BOARDS[_int(rng, 0, len(_BOARDS) - 1)]
+    board_rgb, ink_rgb = _BOARDS[_int(rng, 0, len(_BOARDS) - 1)]
+    fade = round(float(rng.uniform(0, 0.55 * noise)), 3)  # ink blended toward the board colour
+    ink = tuple(int(round(i + (b - i) * fade)) for i, b in zip(ink_rgb, board_rgb, strict=True))
     x0, y0, x1, y1 = f.getbbox(text)
     pad_x, pad_y = _int(rng, 14, 28), _int(rng, 10, 22)
     layer = Image.new("RGBA", (x1 - x0 + 2 * pad_x, y1 - y0 + 2 * pad_y), (0, 0, 0, 0))
@@ -89,7 +111,7 @@ def render_sign(
     )
     d.text((pad_x - x0, pad_y - y0), text, font=f, fill=ink + (255,))
     angle = round(float(rng.uniform(-30 * noise, 30 * noise)), 2) if noise > 0 else 0.0
-    angle = max(-10.0, min(10.0, angle))
+    angle = max(-20.0, min(20.0, angle))
     layer = layer.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True)
     cx = (w - layer.width) // 2 + _int(rng, -20, 20) if layer.width < w - 40 else (w - layer.width) // 2
     cy = (h - layer.height) // 2 + _int(rng, -20, 20) if layer.height < h - 40 else (h - layer.height) // 2
@@ -101,6 +123,8 @@ def render_sign(
         "font": fname,
         "font_px": px,
         "rotation_deg": angle,
+        "ink_fade": fade,
+        "level": noise,
         "size": [w, h],
         **deg,
     }
@@ -131,8 +155,10 @@ def render_shapes(
     n_colors: int | None = None,
     max_per_color: int = 6,
 ) -> tuple[Image.Image, dict[str, Any]]:
-    """Non-overlapping filled circles/squares/triangles in 3-5 saturated colours on a plain background."""
+    """Non-overlapping filled circles/squares/triangles in 3-5 saturated colours on a plain background;
+    a higher ``noise`` level packs them closer, makes some smaller, and adds blur, pixel noise and JPEG."""
     w, h = size
+    gap, r_lo = 8 - 6 * noise, int(round(13 - 3 * noise))
     names = list(COLORS)
     k = n_colors or _int(rng, 3, 5)
     chosen = [names[i] for i in sorted(rng.choice(len(names), size=k, replace=False).tolist())]
@@ -141,9 +167,9 @@ def render_shapes(
         placed: list[dict[str, Any]] = []
         for color, shape in wanted:
             for _ in range(300):
-                r = _int(rng, 13, 21)
+                r = _int(rng, r_lo, 21)
                 cx, cy = _int(rng, r + 6, w - r - 7), _int(rng, r + 6, h - r - 7)
-                if all((cx - p["cx"]) ** 2 + (cy - p["cy"]) ** 2 > (r + p["r"] + 8) ** 2 for p in placed):
+                if all((cx - p["cx"]) ** 2 + (cy - p["cy"]) ** 2 > (r + p["r"] + gap) ** 2 for p in placed):
                     placed.append({"shape": shape, "color": color, "cx": cx, "cy": cy, "r": r})
                     break
             else:
@@ -154,7 +180,7 @@ def render_shapes(
     d = ImageDraw.Draw(img)
     for p in placed:
         draw_shape(d, p["shape"], p["cx"], p["cy"], p["r"], COLORS[p["color"]])
-    img, deg = _degrade(rng, img, noise, blur_max=1.2, sigma_max=12.0)
+    img, deg = _degrade(rng, img, noise, blur_max=1.5, sigma_max=16.0)
     counts: dict[str, dict[str, int]] = {}
     for p in placed:
         counts.setdefault(p["color"], {}).setdefault(p["shape"], 0)
@@ -164,6 +190,7 @@ def render_shapes(
         "shapes": placed,
         "counts": counts,
         "palette": {c: list(COLORS[c]) for c in chosen},
+        "level": noise,
         "size": [w, h],
         **deg,
     }
@@ -178,7 +205,8 @@ def render_chart(
     title: str | None = None,
     size: tuple[int, int] = (560, 380),
 ) -> tuple[Image.Image, dict[str, Any]]:
-    """A bar chart (labels = names) or line chart (labels = years) with every value printed on it."""
+    """A bar chart (labels = names) or line chart (labels = years) with every value printed on it; a
+    higher ``noise`` level shrinks the picture (down to half size) and adds blur, noise and JPEG."""
     w, h = size
     if labels is None:
         n = _int(rng, 4, 6) if kind == "bar" else _int(rng, 5, 7)
@@ -224,9 +252,13 @@ def render_chart(
     for x, v, lab in zip(xs, values, labels, strict=True):
         d.text((x, y_of(v) - 8), str(v), font=f_val, fill=(20, 20, 20), anchor="mb")
         d.text((x, bottom + 8), lab, font=f_lab, fill=(20, 20, 20), anchor="mt")
+    shrink = round(1.0 - 0.5 * noise * float(rng.uniform(0.4, 1.0)), 3)  # a small screenshot
+    if shrink < 1.0:
+        img = img.resize((int(w * shrink), int(h * shrink)), Image.Resampling.LANCZOS)
     img, deg = _degrade(rng, img, noise, blur_max=0.8, sigma_max=6.0)
     truth = {
         "kind": "chart",
+        "scale": shrink,
         "chart": kind,
         "title": title,
         "labels": list(labels),
@@ -234,7 +266,8 @@ def render_chart(
         "y_min": 0,
         "y_max": y_max,
         "y_ticks": ticks,
-        "size": [w, h],
+        "level": noise,
+        "size": list(img.size),
         **deg,
     }
     return img, truth

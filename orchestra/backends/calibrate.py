@@ -1,0 +1,183 @@
+"""Measured skill vectors: run every builtin expert on a calibration world and write what it scored.
+
+``calibrate`` generates a world from its own seed (never the benchmark's), then for every task
+step whose skill an expert has, hands that expert the step as one sub-task — the goal the expert
+policy would write, its inputs filled with the world's recorded values — and checks the value it
+returns against the recorded one. Per (expert, skill): accuracy, p50 wall seconds, items. The
+registry gets the accuracies as the experts' skill levels and the table as ``measured``; each
+expert's ``latency.base_s`` becomes its p50 over all items, and a builtin expert's price its
+compute (p50 seconds times a price per second). This harness reads the world's truth
+on purpose: it is a measurement, like the benches; no agent sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestra.agent.expert import program_inputs, step_goal
+from orchestra.agent.refs import modal_key, substitute
+from orchestra.backends.base import BackendRegistry, SubTaskInput
+from orchestra.backends.registry import Registry
+from orchestra.config import AgentParams, BackendSpec, LatencySpec, PriceSpec, SkillMeasure, WorldParams
+from orchestra.schemas import SubTask, Task, read_tasks_json
+from orchestra.tools.base import ToolRegistry
+
+__all__ = ["CalibrationItem", "calibrate", "calibrated_registry"]
+
+
+@dataclass(frozen=True)
+class CalibrationItem:
+    expert: str
+    skill: str
+    task_id: str
+    correct: bool
+    seconds: float
+    value: Any = None
+    expected: Any = None
+
+
+def _items(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
+    """(skill, sub-task, values for its references, expected value) per program step."""
+    program = task.solution_program or []
+    inputs = {m.id: (modal_key(i), m.type) for i, m in enumerate(task.omni_modal_input)}
+    ids = {s.out: f"E{k}" for k, s in enumerate(program, 1)}
+    values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(task.omni_modal_input))}
+    values.update({ids[s.out]: s.value for s in program})
+    out = []
+    for s in program:
+        kind = step_goal(s, ids, inputs)
+        node = SubTask(
+            id=ids[s.out],
+            goal=kind.goal,
+            modalities=[kind.modal] if kind.modal else [],
+            tools=[kind.tool],
+            depends_on=[ids[v] for v in program_inputs(s)],
+        )
+        out.append((kind.skill, node, values, s.value))
+    return out
+
+
+def _same(got: Any, want: Any, compute: bool) -> bool:
+    if compute and isinstance(got, int | float) and isinstance(want, int | float):
+        return abs(float(got) - float(want)) <= 1e-9 * max(1.0, abs(float(want)))
+    return str(got).strip().lower() == str(want).strip().lower()
+
+
+async def _run_all(
+    tasks: list[Task],
+    backends: BackendRegistry,
+    tools: ToolRegistry,
+    media_root: Path,
+    agent: AgentParams,
+    progress: Callable[[int, int], None] | None,
+) -> list[CalibrationItem]:
+    jobs = []
+    for task in tasks:
+        mods = {modal_key(i): m for i, m in enumerate(task.omni_modal_input)}
+        for skill, node, values, expected in _items(task):
+            for backend in backends:
+                if backend.skills.get(skill, 0.0) <= 0:
+                    continue
+                code = skill == "code"
+                goal = substitute(node.goal, values, code=code)
+                sti = SubTaskInput(
+                    question=task.question,
+                    subtask=node.model_copy(update={"goal": goal, "backend": backend.name}),
+                    modal_inputs={k: mods[k] for k in node.modalities if k in mods},
+                    media_root=str(media_root.resolve()),
+                    max_steps=agent.subagent_max_steps,
+                )
+                jobs.append((backend, skill, str(task.id), sti, expected, code))
+    out: list[CalibrationItem] = []
+    for k, (backend, skill, tid, sti, expected, code) in enumerate(jobs):
+        t0 = time.perf_counter()
+        res = await backend.run(sti, [tools.get(n) for n in sti.subtask.tools])
+        took = time.perf_counter() - t0
+        ok = res.ok and _same(res.value, expected, code)
+        out.append(CalibrationItem(backend.name, skill, tid, ok, took, res.value, expected))
+        if progress is not None:
+            progress(k + 1, len(jobs))
+    return out
+
+
+def calibrate(
+    agent: AgentParams,
+    registry: Registry,
+    world: WorldParams,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[CalibrationItem]:
+    """Run every builtin expert of ``registry`` (with ``agent.backends`` on top) on a fresh world
+    made from ``world`` (in a temporary folder) and return one item per (expert, step)."""
+    from orchestra.agent.systems import builtin_backends
+    from orchestra.backends.base import registry_from_params
+    from orchestra.backends.builtin import builtin_factory
+    from orchestra.tools.registry import default_registry
+    from orchestra.world import generate_world
+
+    specs = {k: v for k, v in {**registry.experts, **agent.backends}.items() if v.kind == "builtin"}
+    backends = registry_from_params(specs, {"builtin": builtin_factory}) if specs else builtin_backends(agent)
+    with tempfile.TemporaryDirectory(prefix="calibration-world-") as tmp:
+        root = Path(tmp)
+        generate_world(world, root)
+        tasks = [t for t in read_tasks_json(root / "tasks.json") if t.solution_program]
+        with default_registry(root, None) as tools:
+            return asyncio.run(_run_all(tasks, backends, tools, root / "media", agent, progress))
+
+
+def _table(items: list[CalibrationItem]) -> dict[str, dict[str, SkillMeasure]]:
+    groups: dict[tuple[str, str], list[CalibrationItem]] = {}
+    for it in items:
+        groups.setdefault((it.expert, it.skill), []).append(it)
+    out: dict[str, dict[str, SkillMeasure]] = {}
+    for (expert, skill), its in sorted(groups.items()):
+        out.setdefault(expert, {})[skill] = SkillMeasure(
+            accuracy=round(sum(i.correct for i in its) / len(its), 3),
+            p50_s=round(statistics.median(i.seconds for i in its), 4),
+            n=len(its),
+        )
+    return out
+
+
+def calibrated_registry(
+    registry: Registry, items: list[CalibrationItem], world: WorldParams, price_per_s: float = 0.01
+) -> Registry:
+    """``registry`` with measured skill levels, ``measured`` tables and p50 base latencies for every
+    expert that calibration ran (others unchanged), and what was measured on under ``calibration``.
+
+    A builtin expert's only cost is compute, so its price per call becomes its measured p50
+    seconds times ``price_per_s`` (a careful expert that runs three passes costs three times more)."""
+    table = _table(items)
+    experts: dict[str, BackendSpec] = {}
+    for name, spec in registry.experts.items():
+        measured = table.get(name)
+        if not measured:
+            experts[name] = spec
+            continue
+        skills = {**spec.skills, **{k: m.accuracy for k, m in measured.items()}}
+        p50 = statistics.median(i.seconds for i in items if i.expert == name)
+        experts[name] = spec.model_copy(
+            update={
+                "skills": skills,
+                "measured": measured,
+                "latency": LatencySpec(base_s=round(p50, 4), per_1k_tokens_s=spec.latency.per_1k_tokens_s),
+                "price": PriceSpec(per_call=max(1e-6, round(price_per_s * p50, 6)))
+                if spec.kind == "builtin"
+                else spec.price,
+            }
+        )
+    info = {
+        "world_seed": world.seed,
+        "n_seeds": world.n_seeds,
+        "noise": world.noise.model_dump(mode="json"),
+        "items": len(items),
+        "price_per_s": price_per_s,
+    }
+    return registry.model_copy(update={"experts": experts, "calibration": info})
