@@ -37,7 +37,7 @@ from orchestra.agent.refs import ReferenceError_, modal_key, next_subtask_id, su
 from orchestra.agent.state import OrchestraState
 from orchestra.backends.base import BackendCard
 from orchestra.backends.goals import PERCEPTIONS, browse_goal, compute_goal, perception_goal, search_goal
-from orchestra.backends.selection import infer_demand, select_backend
+from orchestra.backends.selection import infer_demand, score_terms
 from orchestra.config import AgentParams
 from orchestra.errors import OrchestraError
 from orchestra.schemas import (
@@ -236,9 +236,12 @@ def _backend(
         return min(able, key=lambda c: (c.price_per_call, -c.skills[kind.skill], c.name)).name
     if routing == "strongest":
         return min(able, key=lambda c: (-c.skills[kind.skill], c.price_per_call, c.name)).name
+    # scored over the whole pool, as the runtime's selection does: prices are relative to the
+    # dearest expert in the state, so a trivial absolute difference does not outweigh skill
     demand = infer_demand(kind.goal, [kind.modal_type] if kind.modal_type else [])
-    profiles = [_CardProfile.of(c) for c in able]
-    return select_backend(demand, profiles, agent.cost_weight, agent.latency_weight).name
+    terms = score_terms(demand, [_CardProfile.of(c) for c in cards], agent.cost_weight, agent.latency_weight)
+    names = {c.name for c in able}
+    return next(str(r["backend"]) for r in terms if r["backend"] in names)
 
 
 def expert_decision(

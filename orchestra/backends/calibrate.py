@@ -41,6 +41,8 @@ class CalibrationItem:
     seconds: float
     value: Any = None
     expected: Any = None
+    confidence: float | None = None
+    routine: str = ""
 
 
 def _items(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
@@ -101,7 +103,10 @@ async def _run_all(
         res = await backend.run(sti, [tools.get(n) for n in sti.subtask.tools])
         took = time.perf_counter() - t0
         ok = res.ok and _same(res.value, expected, code)
-        out.append(CalibrationItem(backend.name, skill, tid, ok, took, res.value, expected))
+        routine = sti.subtask.goal.split(" in #M")[0] if sti.subtask.modalities else skill
+        out.append(
+            CalibrationItem(backend.name, skill, tid, ok, took, res.value, expected, res.confidence, routine)
+        )
         if progress is not None:
             progress(k + 1, len(jobs))
     return out

@@ -75,9 +75,16 @@ def calibrate_cmd(
         write_registry(target, new, header)
     except OrchestraError as e:
         raise fail(e) from e
-    table = Table("expert", "skill", "accuracy", "p50 s", "n")
+    tau = params.agent.escalation_confidence
+    table = Table(
+        "expert", "skill", "accuracy", "p50 s", "n", f"conf < {tau:g}", f"accuracy, conf >= {tau:g}"
+    )
     for name, spec in sorted(new.experts.items()):
         for skill, m in sorted(spec.measured.items()):
-            table.add_row(name, skill, f"{m.accuracy:.3f}", f"{m.p50_s:.3f}", str(m.n))
+            rated = [i for i in items if i.expert == name and i.skill == skill and i.confidence is not None]
+            sure = [i for i in rated if (i.confidence or 0.0) >= tau]
+            low = f"{1 - len(sure) / len(rated):.2f}" if rated else "-"
+            kept = f"{sum(i.correct for i in sure) / len(sure):.3f}" if sure else "-"
+            table.add_row(name, skill, f"{m.accuracy:.3f}", f"{m.p50_s:.3f}", str(m.n), low, kept)
     Console().print(table)
     typer.echo(f"wrote {target} ({len(items)} items, world seed {seed})")

@@ -135,6 +135,17 @@ def _change_confidence(data: Mapping[str, Any], args: Mapping[str, Any]) -> floa
     return float(conf) if error <= frame / 2 else min(float(conf), 0.2)
 
 
+def _chart_confidence(data: Mapping[str, Any], args: Mapping[str, Any]) -> float | None:
+    """The confidence of the one value asked for (``value_confidences`` by label), not the chart's
+    weakest value's; the tool's overall confidence when it gives none per value."""
+    labels = [str(x).strip() for x in data.get("labels") or []]
+    per_value = data.get("value_confidences") or []
+    label = str(args.get("label", "")).strip()
+    if label in labels and len(per_value) == len(labels) and per_value[labels.index(label)] is not None:
+        return float(per_value[labels.index(label)])
+    return _tool_confidence(data, args)
+
+
 def _tool_confidence(data: Mapping[str, Any], _: Mapping[str, Any]) -> float | None:
     conf = data.get("confidence")
     return None if conf is None else float(conf)
@@ -228,6 +239,7 @@ PERCEPTIONS: dict[str, PerceptionSpec] = _perceptions(
         "image_read_chart",
         _chart,
         tool_args=("label",),
+        confidence=_chart_confidence,
     ),
     PerceptionSpec(
         "caption_text", "read the caption text", "video", "video_temporal", "video_text", _caption

@@ -112,7 +112,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
 def write_registry(path: str | Path, registry: Registry, header: str = "") -> None:
     """Write ``registry`` as YAML (keys in file order, atomically), with a comment header."""
     data = registry.model_dump(mode="json", exclude_defaults=True)
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110, default_flow_style=None)
     lines = "".join(f"# {h}\n" if h else "#\n" for h in header.splitlines())
     atomic_write_text(Path(path), lines + text)
 
