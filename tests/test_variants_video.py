@@ -94,3 +94,23 @@ def test_mode_is_reported_defaults_to_careful_and_is_validated(sweep: tuple) -> 
     assert default.data["mode"] == "careful"
     assert default.data["events"] == obs["careful"].data["events"]
     assert 0.0 <= default.data["confidence"] <= 1.0
+
+
+def test_fast_times_a_colour_change_to_the_frame_between_its_samples(small_world: Path) -> None:
+    """Sparse sampling finds the change; the frames between the two samples time it exactly."""
+    import json
+
+    from orchestra.tools.video import VideoEvents
+
+    media = [json.loads(x) for x in (small_world / "truth" / "media.jsonl").read_text().splitlines()]
+    tool, checked = VideoEvents(), 0
+    for m in media:
+        changes = [e for e in m["facts"].get("events", []) if e["kind"] == "color_change"]
+        if m["modality"] != "video" or len(changes) != 1:
+            continue
+        obs = tool(path=str(small_world / "media" / m["path"]), mode="fast")
+        got = [e for e in obs.data["events"] if e["kind"] == "colour_change"]
+        if obs.ok and len(got) == 1:
+            assert got[0]["t_error_s"] == 0.0 and abs(got[0]["t"] - changes[0]["t"]) < 1e-6, (got, changes)
+            checked += 1
+    assert checked >= 1

@@ -222,6 +222,8 @@ def object_events(
                     {
                         "t": sample_start(times, dt, ks[i]),
                         "t_error_s": start_error(times, dt, ks[i]),
+                        "after_s": round(times[ks[i - 1]], 3),  # last sample in the old colour
+                        "at": [round(v, 1) for v in tr.dets[ks[i]].centre],
                         "kind": "colour_change",
                         "object": name,
                         "from": cur,
@@ -246,3 +248,39 @@ def object_events(
     events.sort(key=lambda e: (e["t"], e["object"]))
     conf, why = event_confidence(tracks, n_dets, 0.25 * frames[0].shape[1], last)
     return events, objects, conf, why
+
+
+def change_gaps(events: list[dict[str, Any]], fps: float) -> dict[int, list[int]]:
+    """Per colour change timed between samples (``t_error_s`` > half a frame), the unseen frame
+    indices between its last old-colour sample and its first new-colour one."""
+    gaps: dict[int, list[int]] = {}
+    for n, e in enumerate(events):
+        if e["kind"] == "colour_change" and float(e.get("t_error_s") or 0.0) > 0.5 / fps:
+            first = int(round(float(e["after_s"]) * fps)) + 1
+            gaps[n] = list(range(first, int(round((float(e["t"]) + float(e["t_error_s"])) * fps))))
+    return gaps
+
+
+def refine_changes(
+    events: list[dict[str, Any]], gaps: dict[int, list[int]], frames: dict[int, np.ndarray], fps: float
+) -> None:
+    """Time each gapped colour change to the frame (in place): the first unseen frame where the
+    object nearest the change's place (same shape) already shows the new colour; the change's own
+    sample when none does. ``t_error_s`` becomes 0 for a change whose gap frames were all read."""
+    for n, idx in gaps.items():
+        e = events[n]
+        if not idx or any(i not in frames for i in idx):
+            continue
+        shape = str(e["object"]).split("#")[0]
+        at = np.array(e["at"], dtype=float)
+        when = round((float(e["t"]) + float(e["t_error_s"])) * fps) / fps  # the first new-colour sample
+        for i in idx:
+            near = [s for s in frame_objects(frames[i]) if s.shape == shape]
+            if (
+                near
+                and min(near, key=lambda s: float(np.hypot(*(np.array(s.centre) - at)))).colour == e["colour"]
+            ):
+                when = i / fps
+                break
+        e["t"], e["t_error_s"] = round(when, 3), 0.0
+    events.sort(key=lambda e: (e["t"], e["object"]))
