@@ -67,15 +67,22 @@ class Registry(_Section):
 
     @model_validator(mode="after")
     def _known_skills(self) -> Registry:
+        problem = self.unknown_skills(self.experts, "experts")
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def unknown_skills(self, experts: dict[str, BackendSpec], where: str) -> str | None:
+        """Why one of ``experts`` names a skill this registry does not know, or None."""
         known = self.skill_names()
-        for name, spec in self.experts.items():
+        for name, spec in experts.items():
             unknown = sorted(set(spec.skills) - known)
             if unknown:
-                raise ValueError(
-                    f"experts.{name}: unknown skills {unknown}; declare them under skills: "
+                return (
+                    f"{where}.{name}: unknown skills {unknown}; declare them under skills: "
                     f"(known: {', '.join(sorted(known))})"
                 )
-        return self
+        return None
 
     def skill_names(self) -> set[str]:
         return set(SKILLS) | set(self.skills)
@@ -128,11 +135,7 @@ def expert_specs(agent: AgentParams, registry: Registry | None = None) -> dict[s
     specs = {**reg.experts, **agent.backends}
     if not specs:
         raise BackendError("the expert pool is empty: no experts in the registry nor in agent.backends")
-    known = reg.skill_names()
-    for name, spec in agent.backends.items():
-        unknown = sorted(set(spec.skills) - known)
-        if unknown:
-            raise BackendError(
-                f"agent.backends.{name}: unknown skills {unknown}; known: {', '.join(sorted(known))}"
-            )
+    problem = reg.unknown_skills(agent.backends, "agent.backends")
+    if problem:
+        raise BackendError(problem)
     return specs

@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from orchestra.errors import ToolError
 from orchestra.tools.audio_dsp import (
     Segment,
     _frames,
@@ -24,11 +23,10 @@ from orchestra.tools.audio_dsp import (
     tone_segments,
     tone_segments_fast,
 )
-from orchestra.tools.base import FailureKinds, Observation, Tool
+from orchestra.tools.base import FailureKinds, Observation, Tool, check_mode, mode_property
 from orchestra.tools.media import FILE_FAILURES, Audio, MediaError, load_wav, output_path, write_wav
 
 __all__ = ["MORSE", "AudioDTMF", "AudioMorse", "AudioSegment", "AudioTones", "Segment", "dtmf_decode"]
-MODES = ("fast", "careful")
 
 MORSE: dict[str, str] = {
     ".-": "A",
@@ -168,26 +166,16 @@ def morse_decode(marks: list[tuple[float, float]]) -> dict[str, Any]:
     }
 
 
-def _mode_arg(mode: str) -> str:
-    if mode not in MODES:
-        raise ToolError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
-    return mode
-
-
 def _audio_schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     props: dict[str, Any] = {"path": {"type": "string", "description": "path of a WAV file"}}
     props.update(extra or {})
     return {"type": "object", "properties": props, "required": ["path"]}
 
 
-_MODE = {
-    "mode": {
-        "type": "string",
-        "enum": list(MODES),
-        "description": "careful (default): adaptive noise floor and thresholds, matched filters; "
-        "fast: fixed windows and thresholds, cheaper but misses on noisy, quiet or rapid audio",
-    }
-}
+_MODE = mode_property(
+    "careful (default): adaptive noise floor and thresholds, matched filters; "
+    "fast: fixed windows and thresholds, cheaper but misses on noisy, quiet or rapid audio"
+)
 
 
 class AudioDTMF(Tool):
@@ -210,7 +198,7 @@ class AudioDTMF(Tool):
     CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (0.0, 3.0), "fast": (-1.5, 2.0)}
 
     def run(self, path: str, mode: str = "careful") -> Observation:
-        mode = _mode_arg(mode)
+        mode = check_mode(mode)
         audio = load_wav(path)
         keys, score = dtmf_decode(audio) if mode == "careful" else dtmf_decode_fast(audio)
         digits = "".join(k["key"] for k in keys)
@@ -242,7 +230,7 @@ class AudioTones(Tool):
     CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (-1.0, 2.0), "fast": (0.2, 2.0)}
 
     def run(self, path: str, mode: str = "careful") -> Observation:
-        mode = _mode_arg(mode)
+        mode = check_mode(mode)
         audio = load_wav(path)
         if mode == "careful":
             segs, ev = tone_segments(audio)
@@ -287,7 +275,7 @@ class AudioMorse(Tool):
     CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (3.5, 2.5), "fast": (0.2, 2.0)}
 
     def run(self, path: str, mode: str = "careful") -> Observation:
-        mode = _mode_arg(mode)
+        mode = check_mode(mode)
         audio = load_wav(path)
         if mode == "careful":
             marks, snr = morse_marks(audio)

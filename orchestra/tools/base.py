@@ -31,6 +31,27 @@ class Observation(BaseModel):
 #: exception types a tool's ``run`` may raise on bad input (besides the OrchestraError hierarchy)
 FailureKinds = tuple[type[Exception], ...]
 
+#: the two variants of every perception tool: a cheap algorithm and a careful one (experts pick one)
+MODES: tuple[str, ...] = ("fast", "careful")
+
+
+def mode_property(description: str) -> dict[str, Any]:
+    """The ``mode`` entry of a perception tool's input schema (absent: careful)."""
+    return {"mode": {"type": "string", "enum": list(MODES), "description": description}}
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is a variant, else a ToolError naming the valid ones (a failed observation)."""
+    if mode not in MODES:
+        raise ToolError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    return mode
+
+
+def ramp(x: float, lo: float, hi: float) -> float:
+    """0 at or below ``lo``, 1 at or above ``hi``, linear between: a fixed monotone confidence map."""
+    return float(min(1.0, max(0.0, (x - lo) / (hi - lo))))
+
+
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (numbers.Integral,),  # numbers.*: numpy scalars count too

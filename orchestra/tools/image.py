@@ -11,7 +11,7 @@ import numpy as np
 
 from orchestra.errors import ToolError
 from orchestra.io import atomic_write_bytes
-from orchestra.tools.base import FailureKinds, Observation, Tool
+from orchestra.tools.base import FailureKinds, Observation, Tool, check_mode, mode_property, ramp
 from orchestra.tools.chart import find_axes, read_chart, read_chart_fast
 from orchestra.tools.media import FILE_FAILURES, MediaError, cv_guard, load_image, output_path
 from orchestra.tools.ocr import OcrResult, read_text, read_text_fast
@@ -29,35 +29,19 @@ def _schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": ["path"]}
 
 
-MODES = ("fast", "careful")
-_MODE: dict[str, Any] = {
-    "mode": {
-        "type": "string",
-        "enum": list(MODES),
-        "description": "fast: one cheap pass, no cleanup (misses hard files); careful (default): the full "
-        "preprocessing and cross-checks",
-    }
-}
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ToolError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    return mode
-
-
-def _ramp(x: float, lo: float, hi: float) -> float:
-    """0 at or below ``lo``, 1 at or above ``hi``, linear between: the fixed monotone confidence map."""
-    return float(np.clip((x - lo) / (hi - lo), 0.0, 1.0))
+_MODE = mode_property(
+    "fast: one cheap pass, no cleanup (misses hard files); careful (default): the full "
+    "preprocessing and cross-checks"
+)
 
 
 def ocr_confidence(res: OcrResult, mode: str) -> float:
     """Confidence (0-1) of an OCR reading; see :class:`ImageOCR`."""
     if not res.lines:
         return 0.0
-    words = _ramp(res.min_conf, 60.0, 95.0)
+    words = ramp(res.min_conf, 60.0, 95.0)
     if mode == "fast":  # one pass, no deskew: skewed text is where a raw pass misreads
-        return round(words * _ramp(-abs(res.angle), -10.0, -4.0), 3)
+        return round(words * ramp(-abs(res.angle), -10.0, -4.0), 3)
     return round(words * (1.0 if res.agree >= 2 else 0.5), 3)
 
 
@@ -66,9 +50,9 @@ def shapes_confidence(shapes: list[Shape], mode: str) -> float:
     if not shapes:
         return 0.0
     if mode == "fast":
-        each = [_ramp(s.purity, 0.60, 0.80) * _ramp(s.margin, 0.01, 0.05) for s in shapes]
+        each = [ramp(s.purity, 0.60, 0.80) * ramp(s.margin, 0.01, 0.05) for s in shapes]
     else:
-        each = [_ramp(s.purity, 0.80, 0.95) * (1.0 if s.agree else 0.5) for s in shapes]
+        each = [ramp(s.purity, 0.80, 0.95) * (1.0 if s.agree else 0.5) for s in shapes]
     return round(min(each), 3)
 
 
@@ -112,7 +96,7 @@ class ImageOCR(Tool):
     )
 
     def run(self, path: str, psm: int | None = None, mode: str = "careful") -> Observation:
-        reader = read_text_fast if _check_mode(mode) == "fast" else read_text
+        reader = read_text_fast if check_mode(mode) == "fast" else read_text
         res = cv_guard(reader, load_image(path), psm)
         text = res.text if res.lines else "(no text found)"
         conf = ocr_confidence(res, mode)
@@ -170,7 +154,7 @@ class ImageCountObjects(Tool):
         color: str | None = None,
         mode: str = "careful",
     ) -> Observation:
-        detect = detect_shapes_fast if _check_mode(mode) == "fast" else detect_shapes
+        detect = detect_shapes_fast if check_mode(mode) == "fast" else detect_shapes
         colour = colour or color
         if colour is not None and colour.lower() not in COLOURS:
             raise ToolError(f"unknown colour {colour!r}; valid: {', '.join(COLOURS)}")
@@ -233,7 +217,7 @@ class ImageReadChart(Tool):
     )
 
     def run(self, path: str, label: str | None = None, mode: str = "careful") -> Observation:
-        reader = read_chart_fast if _check_mode(mode) == "fast" else read_chart
+        reader = read_chart_fast if check_mode(mode) == "fast" else read_chart
         chart = cv_guard(reader, load_image(path))
         pairs = list(zip(chart.labels, chart.values, strict=True))
         data = {**chart.as_dict(), "mode": mode}

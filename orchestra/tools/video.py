@@ -10,8 +10,7 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
-from orchestra.errors import ToolError
-from orchestra.tools.base import FailureKinds, Observation, Tool
+from orchestra.tools.base import FailureKinds, Observation, Tool, check_mode, mode_property, ramp
 from orchestra.tools.media import (
     FILE_FAILURES,
     MediaError,
@@ -34,29 +33,13 @@ from orchestra.tools.tracking import (
 )
 
 MAX_FRAMES = 400
-MODES = ("fast", "careful")
 FAST_FPS = 2.0  # fast mode: about two samples a second (the first and last frame included)
 #: OpenCV decoding/encoding outside cv_guard (VideoCapture, PNG encoding) may refuse odd input
 _FAILURES: FailureKinds = (*FILE_FAILURES, cv2.error)
-_MODE: dict[str, Any] = {
-    "mode": {
-        "type": "string",
-        "enum": list(MODES),
-        "description": "fast: about 2 sampled frames a second, one OCR pass per text (misses brief or "
-        "fast things); careful (default): every frame (up to 8-10 per second), denoised OCR",
-    }
-}
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ToolError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    return mode
-
-
-def _ramp(x: float, lo: float, hi: float) -> float:
-    """0 at or below ``lo``, 1 at or above ``hi``, linear between."""
-    return float(np.clip((x - lo) / (hi - lo), 0.0, 1.0))
+_MODE = mode_property(
+    "fast: about 2 sampled frames a second, one OCR pass per text (misses brief or "
+    "fast things); careful (default): every frame (up to 8-10 per second), denoised OCR"
+)
 
 
 def _frames(path: str, mode: str, max_fps: float) -> tuple[VideoInfo, list[np.ndarray], list[float]]:
@@ -193,7 +176,7 @@ def text_timeline(
         if not text or wconf < 30:
             unread += 1
             continue
-        c = _ramp(wconf, 60.0, 92.0) * (0.55 if len(run) == 1 else 1.0) * (1.0 if agree else 0.55)
+        c = ramp(wconf, 60.0, 92.0) * (0.55 if len(run) == 1 else 1.0) * (1.0 if agree else 0.55)
         t0, t1 = sample_start(times, dt, run[0]), sample_end(times, dt, run[-1], duration)
         if timeline and timeline[-1]["text"] == text and t0 - timeline[-1]["t_end"] <= 0.3:
             timeline[-1]["t_end"] = t1
@@ -316,7 +299,7 @@ class VideoEvents(Tool):
     input_schema: ClassVar[dict[str, Any]] = _schema(_MODE)
 
     def run(self, path: str, mode: str = "careful") -> Observation:
-        info, frames, times = _frames(path, _check_mode(mode), max_fps=10.0)
+        info, frames, times = _frames(path, check_mode(mode), max_fps=10.0)
         events, objects, conf, why = cv_guard(object_events, frames, times, 1.0 / info.fps, info.duration)
         gaps = change_gaps(events, info.fps) if mode == "fast" else {}
         if gaps:  # fast: a change between two samples is timed on the few frames between them
@@ -365,7 +348,7 @@ class VideoText(Tool):
     input_schema: ClassVar[dict[str, Any]] = _schema(_MODE)
 
     def run(self, path: str, mode: str = "careful") -> Observation:
-        info, frames, times = _frames(path, _check_mode(mode), max_fps=8.0)
+        info, frames, times = _frames(path, check_mode(mode), max_fps=8.0)
         timeline, conf, why = cv_guard(text_timeline, frames, times, 1.0 / info.fps, info.duration, mode)
         text = (
             "; ".join(f"{t['t_start']}-{t['t_end']}s: {t['text']!r}" for t in timeline)
