@@ -245,3 +245,35 @@ def test_a_low_confidence_result_is_escalated_to_a_stronger_expert(
     failed = _set(done, "E4", backend="audio_fast", status="failed", value=None, error="no tones")
     retry = expert_decision(failed, program, agent=world_env.agent)
     assert isinstance(retry, Delegate) and retry.subtasks[0].backend == "audio_expert"
+
+
+def test_an_equally_rated_untried_expert_still_takes_an_unsure_reading() -> None:
+    """Calibration can rate a fast and a careful expert the same on a skill; an unsure fast
+    reading still goes to the careful one, and once both ran the surest reading stands."""
+    from orchestra.agent.memory import Evidence
+    from orchestra.backends.base import BackendCard
+    from orchestra.schemas import ModalInput, PerceiveStep
+
+    cards = [
+        BackendCard(
+            name="fast", kind="builtin", skills={"counting": 1.0}, price_per_call=0.001, latency_s=0.1
+        ),
+        BackendCard(
+            name="careful", kind="builtin", skills={"counting": 1.0}, price_per_call=0.003, latency_s=0.3
+        ),
+    ]
+    program = [
+        PerceiveStep(out="v1", value=None, input_id="img", perception="count_shapes", args={"color": "red"})
+    ]
+    goal = "count the shapes of colour red and type any in #M1"
+    e1 = Evidence(id="E1", goal=goal, status="ok", value=2, backend="fast", confidence=0.0)
+    state = OrchestraState(
+        question="How many red shapes?",
+        modal_inputs=[ModalInput(type="image", id="img", path="a.png")],
+        context=[e1],
+        backends=cards,
+    )
+    up = expert_decision(state, program)
+    assert isinstance(up, Delegate) and up.subtasks[0].backend == "careful" and up.subtasks[0].goal == goal
+    e2 = Evidence(id="E2", goal=goal, status="ok", value=3, backend="careful", confidence=0.4)
+    assert expert_decision(state.model_copy(update={"context": [e1, e2]}), program) == Finish(answer="#E2")

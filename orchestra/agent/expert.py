@@ -21,8 +21,8 @@ Rule, in order:
 Escalation (with ``assign_backends``; what a policy can learn, since the state shows each result's
 backend, confidence and the pool's skill levels): a step whose results are all below
 ``agent.escalation_confidence``, or that only failed, is pending again and goes to the strongest
-backend on its skill that beats every backend that already ran it; when there is none, the surest
-result stands. Its dependants follow it (their goals change with its value).
+backend on its skill that has not run it and is at least as strong as every backend that did;
+when there is none, the surest result stands. Its dependants follow it (their goals change with its value).
 """
 
 from __future__ import annotations
@@ -131,11 +131,12 @@ class Progress:
 
 
 def _stronger(cards: Sequence[BackendCard], skill: str, tried: set[str]) -> str | None:
-    """The strongest card on ``skill`` whose level beats every backend in ``tried`` (ties: cheaper,
-    then name), or None when no untried backend is stronger."""
+    """The strongest untried card on ``skill`` whose level is at least every tried backend's (ties:
+    cheaper, then name), or None. At least, not above: two experts can measure the same on a skill
+    (a fast counter that was right on every calibration item) and still differ on a hard file."""
     level = {c.name: c.skills.get(skill, 0.0) for c in cards}
     best = max((level.get(b, 0.0) for b in tried), default=0.0)
-    better = [c for c in cards if level[c.name] > best and c.name not in tried]
+    better = [c for c in cards if c.name not in tried and level[c.name] > 0 and level[c.name] >= best]
     if not better:
         return None
     return min(better, key=lambda c: (-level[c.name], c.price_per_call, c.name)).name
@@ -159,9 +160,10 @@ def progress(
 
     Escalation (``escalate_below`` set): a step is done by its newest ok evidence whose confidence is
     unknown or at least ``escalate_below``. When its ok evidence is all less sure than that, or it
-    only failed, and a backend in the state is stronger on the step's skill than every backend that
-    ran it, the step is pending with that backend to escalate to; when none is stronger, the surest
-    ok evidence is accepted (a failed-only step stays pending for a plain retry).
+    only failed, and a backend in the state that has not run it is at least as strong on the step's
+    skill as every backend that did, the step is pending with that backend to escalate to; when
+    there is none, the surest ok evidence is accepted (a failed-only step stays pending for a plain
+    retry).
     """
     inputs = _modal_inputs(state)
     values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(state.modal_inputs))}
