@@ -82,6 +82,21 @@ def _call(tool: Any, mode: str | None, **args: Any) -> Any:
     return tool(**args)
 
 
+def _row(
+    measure: str, ok: bool, obs: Any, example: str, truth: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One scored reading: the measure, right or not, the tool's latency and confidence, the file's
+    drawn level (when the renderer recorded one) and an example line for the misses."""
+    return {
+        "m": measure,
+        "ok": ok,
+        "lat": obs.latency_s,
+        "conf": obs.data.get("confidence"),
+        "level": (truth or {}).get("level"),
+        "ex": example,
+    }
+
+
 def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = None) -> list[dict[str, Any]]:
     """Render item ``i`` of ``measure``, run the tool on the saved file, score it. One or more rows.
     The same item (same seed) is rendered for every ``mode``, so modes compare on identical media."""
@@ -94,24 +109,15 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
     d = Path(folder)
     if measure in ("ocr_name", "ocr_number"):
         text = _name(rng) if measure == "ocr_name" else str(int(rng.integers(10, 10000)))
-        img, _ = image.render_sign(rng, text, NOISE.draw(rng, "image"))
+        img, truth = image.render_sign(rng, text, NOISE.draw(rng, "image"))
         obs = _call(I.ImageOCR(), mode, path=str(_image(img, d, i, rng)))
         got = obs.data.get("text", "").strip()
-        row = {"m": measure, "ok": got == text, "lat": obs.latency_s, "ex": f"{text!r} -> {got!r}"}
-        return [{**row, "conf": obs.data.get("confidence")}]
+        return [_row(measure, got == text, obs, f"{text!r} -> {got!r}", truth)]
     if measure == "shape_counts":
         img, truth = image.render_shapes(rng, NOISE.draw(rng, "image"))
         obs = _call(I.ImageCountObjects(), mode, path=str(_image(img, d, i, rng)))
         got = obs.data.get("counts", {})
-        return [
-            {
-                "m": measure,
-                "ok": got == truth["counts"],
-                "lat": obs.latency_s,
-                "conf": obs.data.get("confidence"),
-                "ex": f"truth {truth['counts']} got {got}",
-            }
-        ]
+        return [_row(measure, got == truth["counts"], obs, f"truth {truth['counts']} got {got}", truth)]
     if measure == "chart_values":
         from orchestra.world.names import make_word
 
@@ -149,47 +155,26 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
         x, truth = audio.render_dtmf(rng, digits, NOISE.draw(rng, "audio"))
         obs = _call(A.AudioDTMF(), mode, path=str(_wav(x, d, i)))
         got = obs.data.get("digits", "")
-        conf, lv = obs.data.get("confidence"), truth["level"]
-        return [
-            {
-                "m": measure,
-                "ok": got == digits,
-                "lat": obs.latency_s,
-                "conf": conf,
-                "level": lv,
-                "ex": f"{digits} -> {got}",
-            }
-        ]
+        return [_row(measure, got == digits, obs, f"{digits} -> {got}", truth)]
     if measure == "morse":
         text = _name(rng).upper() if i % 2 == 0 else str(int(rng.integers(10, 1000)))
         x, truth = audio.render_morse(rng, text, NOISE.draw(rng, "audio"))
         obs = _call(A.AudioMorse(), mode, path=str(_wav(x, d, i)))
         got = obs.data.get("text", "")
-        conf, lv = obs.data.get("confidence"), truth["level"]
-        return [
-            {
-                "m": measure,
-                "ok": got == text,
-                "lat": obs.latency_s,
-                "conf": conf,
-                "level": lv,
-                "ex": f"{text!r} -> {got!r}",
-            }
-        ]
+        return [_row(measure, got == text, obs, f"{text!r} -> {got!r}", truth)]
     if measure == "beep_count":
         x, truth = audio.render_beeps(rng, NOISE.draw(rng, "audio"))
         obs = _call(A.AudioTones(), mode, path=str(_wav(x, d, i)))
         tones = obs.data.get("tones", [])
         pitch = statistics.median([t["freq_hz"] for t in tones]) if tones else 0.0
         return [
-            {
-                "m": measure,
-                "ok": obs.data.get("count") == truth["count"],
-                "lat": obs.latency_s,
-                "conf": obs.data.get("confidence"),
-                "level": truth["level"],
-                "ex": f"{truth['count']} -> {obs.data.get('count')}",
-            },
+            _row(
+                measure,
+                obs.data.get("count") == truth["count"],
+                obs,
+                f"{truth['count']} -> {obs.data.get('count')}",
+                truth,
+            ),
             {
                 "m": "beep_pitch",
                 "ok": abs(pitch - truth["freq_hz"]) <= 0.01 * truth["freq_hz"],

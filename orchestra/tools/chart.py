@@ -258,16 +258,21 @@ def read_chart(bgr: np.ndarray) -> Chart:
         values=final,
         geometry_values=geom,
         printed_values=printed,
-        axis={
-            "x_axis_y": axis_y,
-            "y_axis_x": axis_x,
-            "value_per_px": round(-a, 5),
-            "value_at_axis": round(a * axis_y + b, 3),
-            "ticks_read": nticks,
-            "tick_rms_px": round(rms, 2),
-        },
+        axis=_axis(axis_x, axis_y, a, b, nticks, rms),
         confidences=confs,
     )
+
+
+def _axis(axis_x: int, axis_y: int, a: float, b: float, nticks: int, rms: float) -> dict[str, Any]:
+    """What a reading says of its axes: where they are, the tick fit (value = a * row + b)."""
+    return {
+        "x_axis_y": axis_y,
+        "y_axis_x": axis_x,
+        "value_per_px": round(-a, 5),
+        "value_at_axis": round(a * axis_y + b, 3),
+        "ticks_read": nticks,
+        "tick_rms_px": round(rms, 2),
+    }
 
 
 def read_chart_fast(bgr: np.ndarray) -> Chart:
@@ -317,14 +322,7 @@ def read_chart_fast(bgr: np.ndarray) -> Chart:
         values=geom,
         geometry_values=geom,
         printed_values=[None] * len(geom),
-        axis={
-            "x_axis_y": axis_y,
-            "y_axis_x": axis_x,
-            "value_per_px": round(-a, 5),
-            "value_at_axis": round(a * axis_y + b, 3),
-            "ticks_read": nticks,
-            "tick_rms_px": round(rms, 2),
-        },
+        axis=_axis(axis_x, axis_y, a, b, nticks, rms),
         confidences=[round(geometry_confidence(a, rms, g), 3) for g in geom],
     )
 

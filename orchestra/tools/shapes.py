@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
@@ -164,6 +165,24 @@ def _same_shape(a: str, b: str) -> bool:
     return near.get(a, a) == near.get(b, b)
 
 
+def _blobs(fg: np.ndarray, min_area: float) -> Iterator[tuple[int, int, int, int, np.ndarray, float]]:
+    """The foreground's connected blobs of at least ``min_area`` pixels: ``(x, y, w, h, mask, area)``
+    with the mask cropped to the blob's bounding box."""
+    n, comp, stats, _ = cv2.connectedComponentsWithStats(fg, connectivity=8)
+    for i in range(1, n):
+        if stats[i, cv2.CC_STAT_AREA] < min_area:
+            continue
+        x, y, bw, bh = (int(stats[i, k]) for k in range(4))
+        yield (
+            x,
+            y,
+            bw,
+            bh,
+            (comp[y : y + bh, x : x + bw] == i).astype(np.uint8),
+            float(stats[i, cv2.CC_STAT_AREA]),
+        )
+
+
 def detect_shapes(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[Shape]:
     """Find coloured objects on a background and name their colour and shape.
 
@@ -183,13 +202,8 @@ def detect_shapes(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[Shape]
     min_area = max(40.0, min_area_frac * h * w)
     labels = label_colours(lab)
     bg_name = int(label_colours(bg.reshape(1, 1, 3).astype(np.float32))[0, 0])
-    n, comp, stats, _ = cv2.connectedComponentsWithStats(fg, connectivity=8)
     out: list[Shape] = []
-    for i in range(1, n):
-        if stats[i, cv2.CC_STAT_AREA] < min_area:
-            continue
-        x, y, bw, bh = (int(stats[i, k]) for k in range(4))
-        blob = (comp[y : y + bh, x : x + bw] == i).astype(np.uint8)
+    for x, y, bw, bh, blob, _ in _blobs(fg, min_area):
         core = cv2.erode(blob, np.ones((5, 5), np.uint8)) if min(bw, bh) > 12 else blob
         names = labels[y : y + bh, x : x + bw][core > 0]
         if names.size == 0:
@@ -254,14 +268,8 @@ def detect_shapes_fast(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[S
     lab = _lab(bgr)
     dist = np.sqrt(((lab - background_lab(lab)[None, None, :]) ** 2).sum(axis=2))
     fg = (dist > 30).astype(np.uint8)
-    n, comp, stats, _ = cv2.connectedComponentsWithStats(fg, connectivity=8)
-    min_area = max(40.0, min_area_frac * h * w)
     out: list[Shape] = []
-    for i in range(1, n):
-        if stats[i, cv2.CC_STAT_AREA] < min_area:
-            continue
-        x, y, bw, bh = (int(stats[i, k]) for k in range(4))
-        blob = (comp[y : y + bh, x : x + bw] == i).astype(np.uint8)
+    for x, y, bw, bh, blob, area in _blobs(fg, max(40.0, min_area_frac * h * w)):
         contours, _ = cv2.findContours(blob, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
         cnt = max(contours, key=cv2.contourArea) + np.array([[x, y]])
         pix = bgr[y : y + bh, x : x + bw][blob > 0]
@@ -275,7 +283,7 @@ def detect_shapes_fast(bgr: np.ndarray, min_area_frac: float = 0.0004) -> list[S
                 shape=shape,
                 box=(x, y, bw, bh),
                 centre=(m["m10"] / max(m["m00"], 1e-9), m["m01"] / max(m["m00"], 1e-9)),
-                area=float(stats[i, cv2.CC_STAT_AREA]),
+                area=area,
                 purity=float(np.mean(names == _NAMES.index(colour))),
                 margin=margin,
             )
