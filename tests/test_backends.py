@@ -322,3 +322,27 @@ def test_match_field_on_facts_and_on_text() -> None:
         match_field([], "origin")
     with pytest.raises(GoalError, match="clearly matches"):
         match_field(facts + [{"label": "Origin town", "value": "Brenn"}], "place")
+
+
+def test_a_video_value_is_as_sure_as_the_one_text_it_comes_from() -> None:
+    """A final score read from a sure last scoreboard is sure though an earlier board was not; a
+    text region left unread halves it (it might be the text asked for)."""
+    from orchestra.backends.perceptions import PERCEPTIONS
+
+    timeline = [
+        {"t_start": 0.0, "t_end": 1.0, "text": "o-1", "confidence": 0.0},
+        {"t_start": 1.0, "t_end": 2.5, "text": "0-2", "confidence": 0.2},
+        {"t_start": 2.5, "t_end": 4.0, "text": "1-2", "confidence": 0.9},
+        {"t_start": 1.0, "t_end": 3.0, "text": "VARENHOLM", "confidence": 0.7},
+    ]
+    data: dict[str, Any] = {"timeline": timeline, "confidence": 0.0, "confidence_why": {"unread_regions": 0}}
+    score, caption = PERCEPTIONS["final_score_total"], PERCEPTIONS["caption_text"]
+    assert score.extract(data, {}) == 3 and score.confidence(data, {}) == pytest.approx(0.9)
+    assert caption.extract(data, {}) == "VARENHOLM" and caption.confidence(data, {}) == pytest.approx(0.7)
+    unread = {**data, "confidence_why": {"unread_regions": 1}}
+    assert score.confidence(unread, {}) == pytest.approx(0.45)
+    bare = {
+        "timeline": [{k: v for k, v in t.items() if k != "confidence"} for t in timeline],
+        "confidence": 0.3,
+    }
+    assert score.confidence(bare, {}) == pytest.approx(0.3)  # items without their own: the tool's

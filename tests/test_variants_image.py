@@ -35,6 +35,13 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dic
     img.save(d / "touching.png")
     counts = {"red": {"square": 1}, "blue": {"circle": 1}, "green": {"triangle": 1}}
     out["touching"] = (d / "touching.png", {"counts": counts})
+    # a rounded square whose fill ratio lies between a square's and a circle's, and a clear circle
+    img = Image.new("RGB", (320, 200), (235, 235, 228))
+    dr = ImageDraw.Draw(img)
+    dr.rounded_rectangle((60, 60, 140, 140), radius=27, fill=(215, 35, 35))
+    dr.ellipse((200, 70, 260, 130), fill=(35, 75, 215))
+    img.save(d / "rounded.png")
+    out["rounded"] = (d / "rounded.png", {})
     return out
 
 
@@ -63,6 +70,19 @@ def test_careful_shapes_split_touching_colours_fast_merges(media: dict) -> None:
     t_fast = min(ImageCountObjects()(path=str(path), mode="fast").latency_s for _ in range(3))
     t_careful = min(ImageCountObjects()(path=str(path)).latency_s for _ in range(3))
     assert t_fast < t_careful
+
+
+def test_a_count_is_unsure_only_where_the_question_depends_on_an_unsure_reading(media: dict) -> None:
+    """The fast count cannot tell the rounded square's shape: asked for squares it says so; asked
+    for red things (any shape) or for blue circles the shape of the red one does not matter."""
+    path, _ = media["rounded"]
+    tool = ImageCountObjects()
+    by_shape = tool(path=str(path), mode="fast", shape="square")
+    by_colour = tool(path=str(path), mode="fast", colour="red")
+    other = tool(path=str(path), mode="fast", colour="blue", shape="circle")
+    assert by_colour.ok and by_colour.data["count"] == 1
+    assert by_shape.data["confidence"] < 0.6 <= by_colour.data["confidence"]
+    assert other.data["count"] == 1 and other.data["confidence"] >= 0.6
 
 
 def test_careful_chart_reads_the_small_chart_fast_is_off(media: dict) -> None:

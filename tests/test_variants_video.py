@@ -114,3 +114,22 @@ def test_fast_times_a_colour_change_to_the_frame_between_its_samples(small_world
             assert got[0]["t_error_s"] == 0.0 and abs(got[0]["t"] - changes[0]["t"]) < 1e-6, (got, changes)
             checked += 1
     assert checked >= 1
+
+
+def test_fast_confirms_a_caption_seen_in_one_sample_on_a_neighbouring_frame(tmp_path: Path) -> None:
+    """A 0.5 s caption falls in one fast sample: unconfirmed it scores 0.55 of its reading; read
+    the same again on a frame a quarter gap away, it is sure (and right)."""
+    from orchestra.tools.video import _frames, text_timeline
+
+    path = tmp_path / "half_second.mp4"
+    truth = render_video(
+        np.random.default_rng(2), 0.9, path, text_mode="caption", caption="MARLOW", n_objects=2
+    )
+    assert truth["text"][0]["t_end"] - truth["text"][0]["t_start"] <= 0.5
+    obs = VideoText()(path=str(path), mode="fast")
+    assert [t["text"] for t in obs.data["timeline"]] == ["MARLOW"]
+    assert obs.data["confidence_why"]["confirmed_by_neighbours"] == 1
+    assert obs.data["timeline"][0]["confidence"] == obs.data["confidence"] >= 0.6
+    info, frames, times = _frames(str(path), "fast", 8.0)
+    _, alone, why = text_timeline(frames, times, 1.0 / info.fps, info.duration, "fast")
+    assert why["confirmed_by_neighbours"] == 0 and alone <= 0.55

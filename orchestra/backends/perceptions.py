@@ -22,6 +22,7 @@ class GoalError(OrchestraError):
 
 
 Extractor = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+Confidence = Callable[[Mapping[str, Any], Mapping[str, Any]], float | None]
 
 
 def _need(data: Mapping[str, Any], key: str) -> Any:
@@ -74,7 +75,7 @@ def _timeline(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list(items)
 
 
-def _caption(data: Mapping[str, Any], _: Mapping[str, Any]) -> str:
+def _caption_item(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """The caption: the longest-shown on-screen text that is not a score (ties: the earliest)."""
     texts = [
         t
@@ -83,22 +84,44 @@ def _caption(data: Mapping[str, Any], _: Mapping[str, Any]) -> str:
     ]
     if not texts:
         raise GoalError("no caption-like text (only scores or stray marks) was found")
-    best = max(texts, key=lambda t: (float(t["t_end"]) - float(t["t_start"]), -float(t["t_start"])))
-    return " ".join(str(best["text"]).split())
+    return max(texts, key=lambda t: (float(t["t_end"]) - float(t["t_start"]), -float(t["t_start"])))
+
+
+def _caption(data: Mapping[str, Any], _: Mapping[str, Any]) -> str:
+    return " ".join(str(_caption_item(data)["text"]).split())
 
 
 def _caption_number(data: Mapping[str, Any], args: Mapping[str, Any]) -> int:
     return _int(_caption(data, args), "the caption")
 
 
-def _score_total(data: Mapping[str, Any], _: Mapping[str, Any]) -> int:
-    scores = [(float(t["t_end"]), _SCORE.fullmatch(str(t["text"]))) for t in _timeline(data)]
-    scores = [(end, m) for end, m in scores if m]
-    if not scores:
+def _final_score(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], re.Match[str]]:
+    """The scoreboard shown last (the timeline item and its 'home - away' match)."""
+    scores = [(t, _SCORE.fullmatch(str(t["text"]))) for t in _timeline(data)]
+    found = [(t, m) for t, m in scores if m]
+    if not found:
         raise GoalError("no scoreboard ('home - away') was found")
-    m = max(scores, key=lambda x: x[0])[1]
-    assert m is not None
+    return max(found, key=lambda x: float(x[0]["t_end"]))
+
+
+def _score_total(data: Mapping[str, Any], _: Mapping[str, Any]) -> int:
+    m = _final_score(data)[1]
     return int(m.group(1)) + int(m.group(2))
+
+
+def _text_confidence(pick: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Confidence:
+    """The confidence of the one on-screen text the value comes from (its timeline item's), halved
+    per text region the tool saw but could not read (one of those might be the text asked for);
+    the tool's overall confidence when its items carry none."""
+
+    def conf(data: Mapping[str, Any], args: Mapping[str, Any]) -> float | None:
+        item = pick(data)
+        if item.get("confidence") is None:
+            return _tool_confidence(data, args)
+        unread = int((data.get("confidence_why") or {}).get("unread_regions", 0))
+        return float(item["confidence"]) * 0.5**unread
+
+    return conf
 
 
 def _appearances(data: Mapping[str, Any], _: Mapping[str, Any]) -> int:
@@ -179,7 +202,7 @@ class PerceptionSpec:
     defaults: dict[str, str] = field(default_factory=dict)  # arg -> word meaning "not given"
     tool_args: tuple[str, ...] = ()  # perception args passed on to the tool
     #: how sure the value is, from the same data: the tool's confidence unless the value needs more
-    confidence: Callable[[Mapping[str, Any], Mapping[str, Any]], float | None] = _tool_confidence
+    confidence: Confidence = _tool_confidence
 
     def render(self, args: Mapping[str, Any]) -> str:
         values = {
@@ -242,10 +265,22 @@ PERCEPTIONS: dict[str, PerceptionSpec] = _perceptions(
         confidence=_chart_confidence,
     ),
     PerceptionSpec(
-        "caption_text", "read the caption text", "video", "video_temporal", "video_text", _caption
+        "caption_text",
+        "read the caption text",
+        "video",
+        "video_temporal",
+        "video_text",
+        _caption,
+        confidence=_text_confidence(_caption_item),
     ),
     PerceptionSpec(
-        "caption_number", "read the caption number", "video", "video_temporal", "video_text", _caption_number
+        "caption_number",
+        "read the caption number",
+        "video",
+        "video_temporal",
+        "video_text",
+        _caption_number,
+        confidence=_text_confidence(_caption_item),
     ),
     PerceptionSpec(
         "final_score_total",
@@ -254,6 +289,7 @@ PERCEPTIONS: dict[str, PerceptionSpec] = _perceptions(
         "video_temporal",
         "video_text",
         _score_total,
+        confidence=_text_confidence(lambda data: _final_score(data)[0]),
     ),
     PerceptionSpec(
         "count_appearances",

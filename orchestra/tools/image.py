@@ -45,14 +45,18 @@ def ocr_confidence(res: OcrResult, mode: str) -> float:
     return round(words * (1.0 if res.agree >= 2 else 0.5), 3)
 
 
-def shapes_confidence(shapes: list[Shape], mode: str) -> float:
+def shapes_confidence(
+    shapes: list[Shape], mode: str, colour: str | None = None, shape: str | None = None
+) -> float:
     """Confidence (0-1) of a shape count; see :class:`ImageCountObjects`."""
     if not shapes:
         return 0.0
-    if mode == "fast":
-        each = [ramp(s.purity, 0.60, 0.80) * ramp(s.margin, 0.01, 0.05) for s in shapes]
-    else:
-        each = [ramp(s.purity, 0.80, 0.95) * (1.0 if s.agree else 0.5) for s in shapes]
+    each = []
+    for s in shapes:
+        sure = ramp(s.purity, 0.60, 0.80) if mode == "fast" else ramp(s.purity, 0.80, 0.95)
+        if shape is not None and (colour is None or s.colour == colour):  # its shape decides the count
+            sure *= ramp(s.margin, 0.01, 0.05) if mode == "fast" else (1.0 if s.agree else 0.5)
+        each.append(sure)
     return round(min(each), 3)
 
 
@@ -125,10 +129,12 @@ class ImageCountObjects(Tool):
     the mask (open/close), names colours per pixel and splits blobs of several colours, and
     classifies shapes by their radial profile; ``fast`` thresholds the raw image once (30 units),
     names each blob by its mean colour and shapes by a polygon's vertex count. ``confidence``
-    (0-1) is the weakest object's: its colour purity (share of its pixels that carry its colour
-    name, or the split colours) mapped linearly from 0.80 (-> 0) to 0.95 (-> 1), halved when a
-    second shape reading disagrees (careful: the polygon vertex count; fast: the vertex count at a
-    coarser tolerance); 0 when nothing is found.
+    (0-1) is the weakest object's for the count asked: its colour purity (share of its pixels that
+    carry its colour name, or the split colours; a merged or misnamed blob is impure) mapped
+    linearly from 0.80 (-> 0) to 0.95 (-> 1) (fast: 0.60 to 0.80), and, when a shape is asked for
+    and the object has the asked colour (or none is asked), how sure its shape is (careful: halved
+    when a second shape reading disagrees; fast: the fill ratio's margin from the nearest shape
+    boundary, 0.01 -> 0 to 0.05 -> 1); 0 when nothing is found.
     """
 
     name: ClassVar[str] = "image_count_objects"
@@ -181,7 +187,9 @@ class ImageCountObjects(Tool):
                 "objects": [s.as_dict() for s in sel],
                 "counts": by,
                 "total": len(found),
-                "confidence": shapes_confidence(found, mode),
+                "confidence": shapes_confidence(
+                    found, mode, colour and colour.lower(), shape and shape.lower().rstrip("s")
+                ),
                 "mode": mode,
             },
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -120,8 +121,26 @@ def _read_fast(sig: tuple[tuple[int, int, int, int], np.ndarray]) -> tuple[str, 
     return " ".join(w.text for w in words).strip(), _word_conf(words)
 
 
+def _gray(frame: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(_paint_out(frame, frame_objects(frame)), cv2.COLOR_BGR2GRAY)
+
+
+def _confirmed(frames: list[np.ndarray], sig: tuple[tuple[int, int, int, int], np.ndarray], text: str) -> int:
+    """How many of ``frames`` show the same text region as ``sig`` and read as ``text`` again."""
+    n = 0
+    for f in frames:
+        other = _signature(_gray(f))
+        n += other is not None and _same(sig, other) and _read_fast(other)[0] == text
+    return n
+
+
 def text_timeline(
-    frames: list[np.ndarray], times: list[float], dt: float, duration: float, mode: str = "careful"
+    frames: list[np.ndarray],
+    times: list[float],
+    dt: float,
+    duration: float,
+    mode: str = "careful",
+    neighbours: Callable[[int], list[np.ndarray]] | None = None,
 ) -> tuple[list[dict[str, Any]], float, dict[str, Any]]:
     """On-screen text over time: sampled frames are grouped into runs whose text region looks the
     same, each run is read once, and equal neighbouring texts (at most 0.3 s apart) are merged.
@@ -132,14 +151,16 @@ def text_timeline(
 
     Confidence (0-1): each text's weakest word confidence mapped linearly from 60 (-> 0) to 92
     (-> 1), times 0.55 for a text seen in one sample only (unconfirmed, its times coarse) and, in careful,
-    times 0.55 when the two readings disagree; the timeline's is its weakest text's, times 0.5 per
-    text region that was seen but could not be read. An empty timeline scores 0.95 in careful
-    (every frame looked at) and 0.55 in fast (a caption shorter than the sample gap can be missed).
+    times 0.55 when the two readings disagree; each timeline item keeps its own as ``confidence``.
+    In fast, ``neighbours(k)`` (when given) returns a few frames near sample ``k``: a text seen in
+    one sample that a neighbouring frame shows and reads the same again counts as confirmed. The
+    timeline's confidence is its weakest text's, times 0.5 per text region that was seen but could
+    not be read (``unread_regions``). An empty timeline scores 0.95 in careful (every frame looked
+    at) and 0.55 in fast (a caption shorter than the sample gap can be missed).
     Returns (timeline, confidence, what lowered it)."""
-    grays, sigs = [], []
-    for f in frames:
-        g = cv2.cvtColor(_paint_out(f, frame_objects(f)), cv2.COLOR_BGR2GRAY)
-        grays.append(g)
+    grays = [_gray(f) for f in frames]
+    sigs = []
+    confirmed = 0
     for k, g in enumerate(grays):  # careful: text regions found on a 3-frame temporal median
         near = grays[max(0, k - 1) : k + 2] if mode == "careful" and len(grays) > 2 else [g]
         sigs.append(_signature(np.median(np.stack(near), axis=0).astype(np.uint8) if len(near) > 1 else g))
@@ -150,7 +171,7 @@ def text_timeline(
         else:
             runs.append([k])
     timeline: list[dict[str, Any]] = []
-    confs, unread = [], 0
+    unread = 0
     for run in runs:
         sig = sigs[run[len(run) // 2]]
         if sig is None:
@@ -159,8 +180,11 @@ def text_timeline(
             unread += 1
             continue
         agree = True
+        seen = len(run)
         if mode == "fast":
             text, wconf = _read_fast(sig)
+            if seen == 1 and text and neighbours is not None and _confirmed(neighbours(run[0]), sig, text):
+                seen, confirmed = 2, confirmed + 1
         else:  # the run's temporal median read in full, cross-checked by a reading of its glyph mask
             med = np.median(np.stack([grays[k] for k in run[:15]]), axis=0).astype(np.uint8)
             res = read_text(med)
@@ -176,17 +200,20 @@ def text_timeline(
         if not text or wconf < 30:
             unread += 1
             continue
-        c = ramp(wconf, 60.0, 92.0) * (0.55 if len(run) == 1 else 1.0) * (1.0 if agree else 0.55)
+        c = round(ramp(wconf, 60.0, 92.0) * (0.55 if seen == 1 else 1.0) * (1.0 if agree else 0.55), 3)
         t0, t1 = sample_start(times, dt, run[0]), sample_end(times, dt, run[-1], duration)
         if timeline and timeline[-1]["text"] == text and t0 - timeline[-1]["t_end"] <= 0.3:
             timeline[-1]["t_end"] = t1
-            confs[-1] = max(confs[-1], c)
+            timeline[-1]["confidence"] = max(timeline[-1]["confidence"], c)
         else:
-            timeline.append({"t_start": t0, "t_end": t1, "text": text, "conf": round(wconf, 1)})
-            confs.append(c)
+            timeline.append(
+                {"t_start": t0, "t_end": t1, "text": text, "conf": round(wconf, 1), "confidence": c}
+            )
+    confs = [t["confidence"] for t in timeline]
     empty = 0.95 if mode == "careful" else 0.55  # fast: a brief text may hide between its samples
     conf = (min(confs) if confs else empty) * 0.5**unread
-    return timeline, round(conf, 3), {"unread_regions": unread, "texts": [round(c, 3) for c in confs]}
+    why = {"unread_regions": unread, "texts": confs, "confirmed_by_neighbours": confirmed}
+    return timeline, round(conf, 3), why
 
 
 def _schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -334,8 +361,9 @@ class VideoText(Tool):
     ``careful`` samples up to 8 frames a second and reads temporal medians with the full OCR,
     cross-checked; ``fast`` about 2 frames a second, one raw Tesseract pass per text. ``confidence``
     (0-1, see :func:`text_timeline`): the weakest text's weakest-word Tesseract confidence mapped
-    from 60 -> 0 to 92 -> 1, lowered for texts seen once, readings that disagree and text regions
-    left unread; an empty timeline is 0.95 in careful and 0.55 in fast."""
+    from 60 -> 0 to 92 -> 1, lowered for texts seen once (fast: unless a neighbouring frame reads
+    the same), readings that disagree and text regions left unread; each timeline item carries its
+    own. An empty timeline is 0.95 in careful and 0.55 in fast."""
 
     name: ClassVar[str] = "video_text"
     failure_kinds: ClassVar[FailureKinds] = _FAILURES
@@ -349,7 +377,17 @@ class VideoText(Tool):
 
     def run(self, path: str, mode: str = "careful") -> Observation:
         info, frames, times = _frames(path, check_mode(mode), max_fps=8.0)
-        timeline, conf, why = cv_guard(text_timeline, frames, times, 1.0 / info.fps, info.duration, mode)
+
+        def neighbours(k: int) -> list[np.ndarray]:  # fast: frames a quarter sample gap either side
+            gap = (times[-1] - times[0]) / max(1, len(times) - 1)
+            here = int(round(times[k] * info.fps))
+            step = max(1, int(round(gap * info.fps / 4)))
+            wanted = {i for i in (here - step, here + step) if 0 <= i < info.frame_count}
+            return read_video(path, indices=wanted)[1] if wanted else []
+
+        timeline, conf, why = cv_guard(
+            text_timeline, frames, times, 1.0 / info.fps, info.duration, mode, neighbours
+        )
         text = (
             "; ".join(f"{t['t_start']}-{t['t_end']}s: {t['text']!r}" for t in timeline)
             or "No on-screen text."
