@@ -171,8 +171,18 @@ class SandboxToolParams(_Section):
 
 
 class ToolParams(_Section):
-    """Configuration of the action tools (perception tools need none)."""
+    """Configuration of the action tools and of the perception cache (perception tools need none)."""
 
     search: SearchToolParams = SearchToolParams()
     browser: BrowserToolParams = BrowserToolParams()
     sandbox: SandboxToolParams = SandboxToolParams()
+    cache: bool = Field(
+        True,
+        description="stages serve perception observations from the on-disk cache keyed by (tool, args, media "
+        "SHA-256, tool version); cached observations keep their measured latency and cost; benches run cold",
+    )
+    cache_path: str = Field(
+        "cache/perception.sqlite",
+        min_length=1,
+        description="the perception cache's SQLite file, relative to paths.data_dir (absolute: kept as is)",
+    )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import numbers
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -82,6 +86,49 @@ def _type_problem(value: Any, schema: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _version_modules(cls: type) -> list[ModuleType]:
+    """The modules a tool class is built from: those of its classes and, transitively, the orchestra
+    modules whose functions, classes and (non-package) modules they import."""
+    todo = [c.__module__ for c in cls.__mro__ if c.__module__ not in ("builtins", "abc")]
+    seen: dict[str, ModuleType] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in sys.modules:
+            continue
+        seen[name] = sys.modules[name]
+        for value in vars(seen[name]).values():
+            if isinstance(value, ModuleType):
+                ref = None if hasattr(value, "__path__") else value.__name__
+            else:
+                ref = getattr(value, "__module__", None)
+            if isinstance(ref, str) and ref.split(".")[0] == "orchestra":
+                todo.append(ref)
+    return [seen[n] for n in sorted(seen)]
+
+
+@functools.cache
+def source_version(cls: type) -> str:
+    """A short SHA-256 of the source of :func:`_version_modules` (computed once per class)."""
+    digest = hashlib.sha256()
+    for module in _version_modules(cls):
+        try:
+            source = inspect.getsource(module)
+        except (OSError, TypeError) as e:
+            raise ToolError(
+                f"tool class {cls.__name__}: cannot read the source of {module.__name__} to version it "
+                f"({e}); set `version` on the class"
+            ) from e
+        digest.update(f"{module.__name__}\0{source}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+class _SourceVersion:
+    """The default of ``Tool.version``: :func:`source_version` of the class it is read from."""
+
+    def __get__(self, obj: object, owner: type) -> str:
+        return source_version(owner)
+
+
 class Tool(ABC):
     """A tool. Subclasses set ``name``, ``description``, ``input_schema`` and implement ``run``.
 
@@ -96,6 +143,11 @@ class Tool(ABC):
     turns PIL errors into MediaError, ``cv_guard`` turns ``cv2.error`` into MediaError). Anything
     else raised by ``run`` (KeyError, TypeError, AttributeError, ...) is a bug in our code and
     propagates: it is never evidence that a tool "missed".
+
+    ``version`` names the tool's code for the perception cache: by default a short SHA-256 of the
+    source of the modules the class is built from (its classes' modules and the orchestra modules
+    they import from, transitively), so editing the tool or a helper it uses invalidates its
+    cached observations. A class may set it to a fixed string instead.
     """
 
     name: ClassVar[str]
@@ -103,6 +155,7 @@ class Tool(ABC):
     input_schema: ClassVar[dict[str, Any]]
     cost_per_call: ClassVar[float] = 0.0
     failure_kinds: ClassVar[FailureKinds] = ()
+    version: ClassVar[str] = _SourceVersion()  # type: ignore[assignment]  # a str on every class
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

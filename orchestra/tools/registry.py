@@ -1,14 +1,19 @@
-"""The default tool registry: the perception tools (imported by module:Class name) and the action tools."""
+"""The default tool registry: the perception tools (imported by module:Class name), the action tools, and
+which perception tools the perception cache may serve."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestra.config import ToolParams
 from orchestra.errors import ToolError
 from orchestra.tools.base import Tool, ToolRegistry
 from orchestra.tools.pages import PAGES_FILE, PageStore
+
+if TYPE_CHECKING:
+    from orchestra.tools.cache import PerceptionCache
 
 # Perception tools take no configuration; a missing module or class is an error, never a silent skip.
 PERCEPTION_TOOLS: tuple[str, ...] = (
@@ -25,6 +30,11 @@ PERCEPTION_TOOLS: tuple[str, ...] = (
     "orchestra.tools.video:VideoEvents",
     "orchestra.tools.video:VideoText",
     "orchestra.tools.video:VideoExtractAudio",
+)
+#: perception tools that write a file (a crop, a segment, frames, an audio track) and name it in their
+#: observation: never cached, since a hit would name a file it did not write
+WRITES_FILES: frozenset[str] = frozenset(
+    {"image_crop", "audio_segment", "video_sample_frames", "video_extract_audio"}
 )
 ACTION_TOOLS: tuple[str, ...] = (
     "orchestra.tools.search:WebSearch",
@@ -49,6 +59,20 @@ def load_tool_class(spec: str) -> type[Tool]:
 def tool_classes() -> list[type[Tool]]:
     """Every default tool's class, perception first (no tool is built, no world is read)."""
     return [load_tool_class(spec) for spec in PERCEPTION_TOOLS + ACTION_TOOLS]
+
+
+def cacheable_tools() -> list[str]:
+    """Names of the tools the perception cache serves: the perception tools that write no file (they
+    read one media file and are deterministic on its bytes)."""
+    return sorted(cls.name for cls in map(load_tool_class, PERCEPTION_TOOLS) if cls.name not in WRITES_FILES)
+
+
+def cached_registry(registry: ToolRegistry, cache: PerceptionCache) -> ToolRegistry:
+    """``registry``'s tools with :func:`cacheable_tools` served from ``cache`` (the others unchanged); the
+    new registry takes over the tools, so close it rather than ``registry``; ``cache`` stays open."""
+    from orchestra.tools.cache import with_cache
+
+    return with_cache(registry, cache, [n for n in cacheable_tools() if n in registry])
 
 
 def page_store(world_dir: Path | None) -> PageStore:
@@ -96,14 +120,20 @@ def action_tools(pages: PageStore, params: ToolParams) -> list[Tool]:
     ]
 
 
-def default_registry(world_dir: Path | None = None, params: ToolParams | None = None) -> ToolRegistry:
+def default_registry(
+    world_dir: Path | None = None, params: ToolParams | None = None, cache: PerceptionCache | None = None
+) -> ToolRegistry:
     """All default tools. ``world_dir`` is a generated world (or seed_tasks output) holding kb/pages.jsonl;
-    tools never read anything else from it."""
-    return registry_for_pages(page_store(world_dir), params or ToolParams())
+    tools never read anything else from it. With ``cache`` (see
+    :func:`orchestra.tools.cache.open_perception_cache`) the cacheable perception tools are served from
+    it; without one every tool runs cold."""
+    return registry_for_pages(page_store(world_dir), params or ToolParams(), cache)
 
 
-def registry_for_pages(pages: PageStore, params: ToolParams) -> ToolRegistry:
-    """All default tools over an already loaded page store."""
+def registry_for_pages(
+    pages: PageStore, params: ToolParams, cache: PerceptionCache | None = None
+) -> ToolRegistry:
+    """All default tools over an already loaded page store (``cache``: as for :func:`default_registry`)."""
     registry = ToolRegistry()
     for spec in PERCEPTION_TOOLS:
         cls = load_tool_class(spec)
@@ -113,7 +143,7 @@ def registry_for_pages(pages: PageStore, params: ToolParams) -> ToolRegistry:
             raise ToolError(f"tool {spec} cannot be built without arguments: {e}") from e
     for tool in action_tools(pages, params):
         registry.register(tool)
-    return registry
+    return registry if cache is None else cached_registry(registry, cache)
 
 
 def has_pages(world_dir: Path) -> bool:
