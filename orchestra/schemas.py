@@ -182,12 +182,20 @@ def write_tasks_json(path: Path, tasks: list[Task]) -> None:
 
 
 class AnchorFact(_Record):
+    """An atomic, checkable fact a seed's answer rests on, tied to its modality and solution step."""
+
     task_id: str
     fact_id: str
+    kind: Literal["perception", "kb", "compute"] = Field(description="perceived, looked up, or computed")
     modality: Literal["image", "audio", "video", "text", "web", "compute"]
+    step: str = Field(description="the solution-program variable that holds it, e.g. 'v1'")
     text: str = Field(description="the fact as a sentence")
     value: Any = None
     source: str | None = Field(None, description="modal input id or URL it comes from")
+    perception: str | None = Field(None, description="perception facts: what is read (world perception name)")
+    args: dict[str, Any] = Field(default_factory=dict, description="perception facts: its arguments")
+    field: str | None = Field(None, description="kb facts: the page field read")
+    checked_by: str | None = Field(None, description="the expert whose tools recovered it")
 
 
 class RewriteCandidate(_Record):
@@ -195,8 +203,9 @@ class RewriteCandidate(_Record):
     seed_id: str
     strategy: str
     level: Literal["Easy", "Medium", "Hard"]
-    task: Task
-    anchor_ids: list[str] = Field(default_factory=list)
+    task: Task = Field(description="the rewritten task (OmniGAIA fields + its own solution_program)")
+    anchor_ids: list[str] = Field(default_factory=list, description="the seed's anchor facts it keeps")
+    template: str = Field("", description="the surface template it was written from (builtin rewriter)")
 
 
 class CheckOutcome(_Record):
@@ -288,11 +297,18 @@ class Trajectory(_Record):
 
 
 class DecisionSample(_Record):
+    """A state just before an expert decision, its rendering, and that decision."""
+
     sample_id: str
     task_id: str
+    seed_id: str = ""
     split: Literal["train", "val", "test"]
     step_index: int = Field(ge=0)
-    prompt: list[dict[str, str]]
+    kind: str = Field("expert", description="expert (on its path) or the off-path / re-rendering kind")
+    prompt: list[dict[str, str]] = Field(description="the compact rendering a small policy reads")
+    state: dict[str, Any] | None = Field(
+        None, description="the structured state, to re-render for another reader"
+    )
     decision: Decision
     completion: str = Field(description="the expert decision as the policy should write it")
 

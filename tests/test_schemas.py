@@ -58,8 +58,18 @@ VERIFICATION = VerificationResult(candidate_id="c1", checks={"anchor": CheckOutc
 
 RECORDS = [
     TASK,
-    AnchorFact(task_id="w7-0001", fact_id="a1", modality="image", text="3 red circles", value=3),
-    RewriteCandidate(candidate_id="c1", seed_id="w7-0001", strategy="paraphrase", level="Medium", task=TASK),
+    AnchorFact(
+        task_id="w7-0001",
+        fact_id="a1",
+        kind="perception",
+        modality="image",
+        step="v1",
+        text="3 red circles",
+        value=3,
+    ),
+    RewriteCandidate(
+        candidate_id="c1", seed_id="w7-0001", strategy="numeric_composition", level="Medium", task=TASK
+    ),
     VERIFICATION,
     VerifiedSample(candidate_id="c1", seed_id="w7-0001", split="train", task=TASK, verification=VERIFICATION),
     Trajectory(

@@ -19,11 +19,11 @@ CATEGORIES: tuple[str, ...] = (
 )
 LEVELS: tuple[str, ...] = ("Easy", "Medium", "Hard")
 REWRITE_STRATEGIES: tuple[str, ...] = (
-    "paraphrase",
     "entity_obfuscation",
-    "multi_hop_extension",
+    "multi_hop_chaining",
     "numeric_composition",
-    "cross_modal_binding",
+    "cross_modal_fusion",
+    "constraint_scoping",
 )
 
 SKILLS: tuple[str, ...] = (

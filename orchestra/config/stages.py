@@ -160,18 +160,53 @@ class RewriteParams(_Section):
 
 
 class VerifyParams(_Section):
-    judge_provider: str = "builtin"
+    judge_provider: str = Field("builtin", description="a key of `providers` (kind builtin only, for now)")
     min_anchor_coverage: Fraction = 1.0
     max_lexical_similarity: Fraction = 0.85
-    modality_bypass: bool = True
-    sandbox_timeout_s: float = Field(5.0, gt=0, le=120)
+    # token_sort_ratio: word order does not matter (reordering clauses is no paraphrase) but every added or
+    # dropped word counts, so a rewrite that extends the seed with a new hop is not scored as a copy the way
+    # token_set_ratio / partial_ratio / WRatio score any superset or substring at 1.0; ratio is fooled by
+    # mere reordering.
+    similarity_metric: Literal["token_set_ratio", "token_sort_ratio", "ratio", "partial_ratio", "WRatio"] = (
+        Field("token_sort_ratio", description="rapidfuzz scorer of the lexical-similarity check (0-1)")
+    )
+    modality_bypass: bool = Field(True, description="run the text-only solver (false: the check is skipped)")
+    sandbox_timeout_s: float = Field(
+        5.0, gt=0, le=120, description="wall-clock limit of one re-derivation sandbox call"
+    )
+
+
+OFF_PATH_KINDS: tuple[str, ...] = (
+    "branch_failed",
+    "branch_timed_out",
+    "useless_subtask",
+    "renumbered",
+    "partial_batch",
+    "evidence_order",
+    "backend_order",
+)
 
 
 class DecisionParams(_Section):
     split: dict[Literal["train", "val", "test"], Fraction] = Field(
-        default_factory=lambda: {"train": 0.8, "val": 0.1, "test": 0.1}
+        default_factory=lambda: {"train": 0.8, "val": 0.1, "test": 0.1},
+        description="by seed: no seed's samples in two splits; test is the embedded benchmark",
     )
     seed: Seed = 13
+    off_path: dict[str, int] = Field(
+        default_factory=lambda: dict.fromkeys(OFF_PATH_KINDS, 1),
+        description="train only: per verified sample, how many off-path states / re-renderings of each kind",
+    )
+
+    @field_validator("off_path")
+    @classmethod
+    def _kinds(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = [k for k in v if k not in OFF_PATH_KINDS]
+        if bad:
+            raise ValueError(f"unknown off-path kinds {bad}; allowed: {list(OFF_PATH_KINDS)}")
+        if any(n < 0 or n > 20 for n in v.values()):
+            raise ValueError("off-path counts must be between 0 and 20")
+        return v
 
     @model_validator(mode="after")
     def _sums(self) -> DecisionParams:
