@@ -6,10 +6,27 @@ import os
 
 import dagster as dg
 
-from dagster_project.assets import seed_tasks
+from dagster_project.assets import (
+    anchor_facts,
+    decision_samples,
+    decision_samples_are_valid,
+    expert_trajectories,
+    rewrite_candidates,
+    seed_tasks,
+    verified_samples,
+    verified_samples_are_clean,
+)
 from dagster_project.resources import ParamsResource
 
 defs = dg.Definitions(
-    assets=[seed_tasks],
+    assets=[
+        seed_tasks,
+        anchor_facts,
+        rewrite_candidates,
+        verified_samples,
+        expert_trajectories,
+        decision_samples,
+    ],
+    asset_checks=[verified_samples_are_clean, decision_samples_are_valid],
     resources={"params": ParamsResource(path=os.environ.get("ORCHESTRA_PARAMS", "params.yaml"))},
 )

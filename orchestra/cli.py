@@ -52,6 +52,7 @@ def params_show(file: Path = typer.Argument(Path("params.yaml"))) -> None:
 def stage(
     name: str = typer.Argument(..., help="stage (= Dagster asset) name, e.g. seed_tasks"),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="run every tool cold (tools.cache: false)"),
 ) -> None:
     """Run one pipeline stage outside Dagster (this is what each DVC stage calls)."""
     from orchestra.config import data_root, load_params
@@ -59,6 +60,8 @@ def stage(
 
     try:
         params = load_params(params_file)
+        if no_cache:
+            params = params.model_copy(update={"tools": params.tools.model_copy(update={"cache": False})})
         meta = run_stage(name, params, data_root(params_file, params))
     except OrchestraError as e:
         raise fail(e) from e

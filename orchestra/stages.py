@@ -18,7 +18,44 @@ def _seed_tasks(params: Params, root: Path) -> dict[str, Any]:
     return build_seed_tasks(params.seed, root / "seed_tasks")
 
 
-STAGES: dict[str, StageFn] = {"seed_tasks": _seed_tasks}
+def _anchor_facts(params: Params, root: Path) -> dict[str, Any]:
+    from orchestra.data.anchors import build_anchor_facts
+
+    return build_anchor_facts(params, root)
+
+
+def _rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
+    from orchestra.data.rewrite import build_rewrite_candidates
+
+    return build_rewrite_candidates(params, root)
+
+
+def _verified_samples(params: Params, root: Path) -> dict[str, Any]:
+    from orchestra.data.verified import build_verified_samples
+
+    return build_verified_samples(params, root)
+
+
+def _expert_trajectories(params: Params, root: Path) -> dict[str, Any]:
+    from orchestra.data.trajectories import build_expert_trajectories
+
+    return build_expert_trajectories(params, root)
+
+
+def _decision_samples(params: Params, root: Path) -> dict[str, Any]:
+    from orchestra.data.trajectories import build_decision_samples
+
+    return build_decision_samples(params, root)
+
+
+STAGES: dict[str, StageFn] = {
+    "seed_tasks": _seed_tasks,
+    "anchor_facts": _anchor_facts,
+    "rewrite_candidates": _rewrite_candidates,
+    "verified_samples": _verified_samples,
+    "expert_trajectories": _expert_trajectories,
+    "decision_samples": _decision_samples,
+}
 
 
 def run_stage(name: str, params: Params, root: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_definitions_load() -> None:
     dg.Definitions.validate_loadable(defs)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert "seed_tasks" in keys
+    assert {"seed_tasks", "anchor_facts", "rewrite_candidates"} <= keys
 
 
 def _params_file(tmp_path: Path, **seed: object) -> Path:
@@ -70,3 +70,23 @@ def test_seed_tasks_materializes_the_world_by_default(tmp_path: Path) -> None:
     assert (out / "kb" / "pages.jsonl").is_file()
     meta = result.asset_materializations_for_node("seed_tasks")[0].metadata
     assert meta["media_files"].value >= 8
+
+
+def test_the_data_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path) -> None:
+    from dagster_project.definitions import defs as location
+
+    params = _params_file(tmp_path)
+    data = yaml.safe_load(params.read_text())
+    data["seed"]["world"].update(n_seeds=10, n_entities=30)
+    params.write_text(yaml.safe_dump(data))
+    result = dg.materialize(
+        [*(location.assets or []), *(location.asset_checks or [])],  # type: ignore[list-item]
+        resources={"params": ParamsResource(path=str(params))},
+    )
+    assert result.success
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks == {"verified_samples_are_clean": True, "decision_samples_are_valid": True}
+    meta = result.asset_materializations_for_node("verified_samples")[0].metadata
+    assert meta["funnel"].value["verified"] == meta["dagster/row_count"].value > 0
+    assert Path(meta["ge_data_docs"].value).is_file()
+    assert (tmp_path / "data" / "decision_samples" / "samples.jsonl").is_file()

@@ -45,6 +45,16 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
     first = dvc("repro")
     assert "Running stage 'seed_tasks'" in first
     assert (project_copy / "data" / "seed_tasks" / "tasks.json").is_file()
+    assert "Running stage 'rewrite_candidates'" in first
+    assert (project_copy / "data" / "rewrite_candidates" / "candidates.jsonl").is_file()
     second = dvc("repro")
     assert "up to date" in second, second
     assert "Running stage" not in second
+    # one rewrite param changed: rewrite_candidates (and what is downstream of it) runs again, only it
+    params = yaml.safe_load((project_copy / "params.yaml").read_text())
+    params["rewrite"]["seed"] += 1
+    (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    third = dvc("repro")
+    assert "Running stage 'rewrite_candidates'" in third, third
+    assert "Running stage 'anchor_facts'" not in third and "Running stage 'seed_tasks'" not in third
+    assert "Running stage" not in dvc("repro")

@@ -60,7 +60,9 @@ __all__ = [
     "expert_decision",
     "program_inputs",
     "progress",
+    "step_backend",
     "step_goal",
+    "stronger_backend",
 ]
 
 ExpertMode = Literal["dag", "waves", "steps"]
@@ -130,7 +132,7 @@ class Progress:
     escalate: dict[str, str] = field(default_factory=dict)
 
 
-def _stronger(cards: Sequence[BackendCard], skill: str, tried: set[str]) -> str | None:
+def stronger_backend(cards: Sequence[BackendCard], skill: str, tried: set[str]) -> str | None:
     """The strongest untried card on ``skill`` whose level is at least every tried backend's (ties:
     cheaper, then name), or None. At least, not above: two experts can measure the same on a skill
     (a fast counter that was right on every calibration item) and still differ on a hard file."""
@@ -194,7 +196,7 @@ def progress(
         if not matches:
             continue
         skill = step_goal(step, out.done, inputs).skill
-        up = _stronger(state.backends, skill, {e.backend for e in matches if e.backend})
+        up = stronger_backend(state.backends, skill, {e.backend for e in matches if e.backend})
         if up is not None:
             out.escalate[step.out] = up
         elif oks:
@@ -228,7 +230,7 @@ class _CardProfile:
 Routing = Literal["selection", "cheapest", "strongest"]
 
 
-def _backend(
+def step_backend(
     kind: StepGoal, cards: Sequence[BackendCard], agent: AgentParams, out: str, routing: Routing = "selection"
 ) -> str:
     able = [c for c in cards if c.skills.get(kind.skill, 0.0) > 0]
@@ -298,7 +300,9 @@ def expert_decision(
                 goal=kind.goal,
                 modalities=[kind.modal] if kind.modal else [],
                 tools=[kind.tool],
-                backend=(prog.escalate.get(s.out) or _backend(kind, state.backends, agent, s.out, routing))
+                backend=(
+                    prog.escalate.get(s.out) or step_backend(kind, state.backends, agent, s.out, routing)
+                )
                 if assign_backends
                 else None,
                 skill=kind.skill if fmt == "maestro" else None,

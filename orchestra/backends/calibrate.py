@@ -29,7 +29,7 @@ from orchestra.config import AgentParams, BackendSpec, LatencySpec, PriceSpec, S
 from orchestra.schemas import SubTask, Task, read_tasks_json
 from orchestra.tools.base import ToolRegistry
 
-__all__ = ["CalibrationItem", "calibrate", "calibrated_registry"]
+__all__ = ["CalibrationItem", "calibrate", "calibrated_registry", "same_value", "step_input", "step_subtasks"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ class CalibrationItem:
     routine: str = ""
 
 
-def _items(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
-    """(skill, sub-task, values for its references, expected value) per program step."""
+def step_subtasks(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
+    """(skill, sub-task, values for its references, expected value) per program step: the goal the
+    expert policy would write, its ``#E`` inputs to be filled with the world's recorded values."""
     program = task.solution_program or []
     inputs = {m.id: (modal_key(i), m.type) for i, m in enumerate(task.omni_modal_input)}
     ids = {s.out: f"E{k}" for k, s in enumerate(program, 1)}
@@ -66,10 +67,26 @@ def _items(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
     return out
 
 
-def _same(got: Any, want: Any, compute: bool) -> bool:
+def same_value(got: Any, want: Any, compute: bool) -> bool:
+    """A returned value equals the recorded one (computed numbers to a relative 1e-9)."""
     if compute and isinstance(got, int | float) and isinstance(want, int | float):
         return abs(float(got) - float(want)) <= 1e-9 * max(1.0, abs(float(want)))
     return str(got).strip().lower() == str(want).strip().lower()
+
+
+def step_input(
+    task: Task, node: SubTask, values: dict[str, Any], backend: str, media_root: Path, agent: AgentParams
+) -> SubTaskInput:
+    """The sub-task input handing ``node`` (references filled from ``values``) to ``backend``."""
+    mods = {modal_key(i): m for i, m in enumerate(task.omni_modal_input)}
+    goal = substitute(node.goal, values, code="code_executor" in node.tools)
+    return SubTaskInput(
+        question=task.question,
+        subtask=node.model_copy(update={"goal": goal, "backend": backend}),
+        modal_inputs={k: mods[k] for k in node.modalities if k in mods},
+        media_root=str(media_root.resolve()),
+        max_steps=agent.subagent_max_steps,
+    )
 
 
 async def _run_all(
@@ -82,27 +99,18 @@ async def _run_all(
 ) -> list[CalibrationItem]:
     jobs = []
     for task in tasks:
-        mods = {modal_key(i): m for i, m in enumerate(task.omni_modal_input)}
-        for skill, node, values, expected in _items(task):
+        for skill, node, values, expected in step_subtasks(task):
             for backend in backends:
                 if backend.skills.get(skill, 0.0) <= 0:
                     continue
-                code = skill == "code"
-                goal = substitute(node.goal, values, code=code)
-                sti = SubTaskInput(
-                    question=task.question,
-                    subtask=node.model_copy(update={"goal": goal, "backend": backend.name}),
-                    modal_inputs={k: mods[k] for k in node.modalities if k in mods},
-                    media_root=str(media_root.resolve()),
-                    max_steps=agent.subagent_max_steps,
-                )
-                jobs.append((backend, skill, str(task.id), sti, expected, code))
+                sti = step_input(task, node, values, backend.name, media_root, agent)
+                jobs.append((backend, skill, str(task.id), sti, expected, skill == "code"))
     out: list[CalibrationItem] = []
     for k, (backend, skill, tid, sti, expected, code) in enumerate(jobs):
         t0 = time.perf_counter()
         res = await backend.run(sti, [tools.get(n) for n in sti.subtask.tools])
         took = time.perf_counter() - t0
-        ok = res.ok and _same(res.value, expected, code)
+        ok = res.ok and same_value(res.value, expected, code)
         routine = sti.subtask.goal.split(" in #M")[0] if sti.subtask.modalities else skill
         out.append(
             CalibrationItem(backend.name, skill, tid, ok, took, res.value, expected, res.confidence, routine)

@@ -1,0 +1,146 @@
+"""The verified_samples stage: five checks per candidate, the Great Expectations suite over them,
+rejects with reasons, the split by seed, and the test split as the embedded benchmark."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from orchestra.config import Params
+from orchestra.data.trajectories import VERIFIED_FILE
+from orchestra.errors import StageError
+from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, write_jsonl
+from orchestra.schemas import AnchorFact, RewriteCandidate, Task, VerifiedSample, write_tasks_json
+
+__all__ = ["BENCHMARK_DIR", "build_verified_samples", "check_verified"]
+
+BENCHMARK_DIR = "benchmark"
+
+
+def _benchmark(tasks: list[Task], seeds_dir: Path, out: Path) -> int:
+    """``tasks`` in OmniGAIA format with the media they read and the wiki pages, under ``out``."""
+    out.mkdir(parents=True)
+    files = sorted({m.path for t in tasks for m in t.omni_modal_input})
+    for rel in files:
+        (out / "media" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(seeds_dir / "media" / rel, out / "media" / rel)
+    (out / "kb").mkdir()
+    shutil.copy2(seeds_dir / "kb" / "pages.jsonl", out / "kb" / "pages.jsonl")
+    write_tasks_json(out / "tasks.json", tasks)
+    return len(files)
+
+
+def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
+    """Verify data/rewrite_candidates; write verified.jsonl (with the split), rejects.jsonl, the GE
+    validation (ge/: JSON result and Data Docs), benchmark/ (the test split in OmniGAIA format with
+    its media and pages) and summary.json (the funnel, rejections per check, pass rates, timings)."""
+    from orchestra.data.decisions import seed_splits
+    from orchestra.data.expectations import validate_checks
+    from orchestra.data.seeds import load_seed_tasks
+    from orchestra.data.verify import CHECKS, verify_report
+
+    root = Path(root)
+    seeds_dir = root / "seed_tasks"
+    seeds = load_seed_tasks(seeds_dir)
+    path = root / "rewrite_candidates" / "candidates.jsonl"
+    if not path.is_file():
+        raise StageError(f"{path} is missing: materialize rewrite_candidates first")
+    candidates = read_jsonl(path, RewriteCandidate)
+    anchors = read_jsonl(root / "anchor_facts" / "anchors.jsonl", AnchorFact)
+    t0 = time.perf_counter()
+    report = verify_report(
+        seeds,
+        anchors,
+        candidates,
+        seeds_dir,
+        params.verify,
+        tool_params=params.tools,
+        providers=params.providers,
+    )
+    checked = time.perf_counter() - t0
+    by_id = {c.candidate_id: c for c in candidates}
+    results = {r.candidate_id: r for r in report.results}
+    splits = seed_splits([str(s.id) for s in seeds], params.decisions.split, params.decisions.seed)
+    final = root / "verified_samples"
+    with atomic_dir(final) as tmp:
+        ge = validate_checks(report.results, params.verify, tmp / "ge")
+        result_copy = tmp / "ge" / "validation_result.json"  # a stable name (GE's own path is timestamped)
+        shutil.copy2(ge.validation_json, result_copy)
+        kept = [
+            VerifiedSample(
+                candidate_id=cid,
+                seed_id=by_id[cid].seed_id,
+                split=splits[by_id[cid].seed_id],  # type: ignore[arg-type]
+                task=by_id[cid].task,
+                verification=results[cid],
+            )
+            for cid in sorted(ge.passed_ids)
+        ]
+        write_jsonl(tmp / VERIFIED_FILE, kept)
+        atomic_write_text(
+            tmp / "rejects.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in ge.rejects)
+        )
+        test = [s.task for s in kept if s.split == "test"]
+        media = _benchmark(test, seeds_dir, tmp / BENCHMARK_DIR)
+        failed = Counter(c for r in ge.rejects for c in r["failed_checks"])
+        summary = {
+            "funnel": {
+                "seeds": len(seeds),
+                "seeds_with_anchors": len({a.task_id for a in anchors}),
+                "candidates": len(candidates),
+                "verified": len(kept),
+            },
+            "rows": len(kept),
+            "rejected": len(ge.rejects),
+            "rejected_by_check": {c: failed.get(c, 0) for c in CHECKS},
+            "pass_rates": {k: round(v, 4) for k, v in report.pass_rates().items()},
+            "by_split": dict(sorted(Counter(s.split for s in kept).items())),
+            "cells": {
+                f"{s}/{lv}": n
+                for (s, lv), n in sorted(
+                    Counter((by_id[k.candidate_id].strategy, k.task.level) for k in kept).items()
+                )
+            },
+            "hard_share": round(sum(k.task.level == "Hard" for k in kept) / max(1, len(kept)), 3),
+            "benchmark": {"tasks": len(test), "media_files": media},
+            "ge_success": ge.success,
+            "ge_result": str(final / result_copy.relative_to(tmp)),
+            "ge_data_docs": str(final / ge.data_docs_index.relative_to(tmp)),
+        }
+        atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
+        timings = {"ms_per_candidate": report.ms_per_candidate(), "verify_s": round(checked, 2)}
+        atomic_write_text(tmp / "timings.json", dump_json(timings) + "\n")  # measured: differs run to run
+    return {**summary, **timings}
+
+
+def check_verified(root: Path) -> tuple[bool, str]:
+    """What may reach training: every kept sample passed all five checks, no seed is in two splits,
+    and the benchmark holds exactly the test split with every media file it reads."""
+    root = Path(root)
+    samples = read_jsonl(root / "verified_samples" / VERIFIED_FILE, VerifiedSample)
+    if not samples:
+        return False, "no verified samples"
+    bad = [s.candidate_id for s in samples if not s.verification.passed]
+    if bad:
+        return False, f"{len(bad)} kept samples failed a check, e.g. {bad[:3]}"
+    splits: dict[str, set[str]] = {}
+    for s in samples:
+        splits.setdefault(s.seed_id, set()).add(str(s.split))
+    crossing = sorted(k for k, v in splits.items() if len(v) > 1)
+    if crossing:
+        return False, f"seeds in two splits: {crossing[:5]}"
+    bench = root / "verified_samples" / BENCHMARK_DIR
+    from orchestra.schemas import read_tasks_json
+
+    tasks = read_tasks_json(bench / "tasks.json")
+    want = sorted(s.candidate_id for s in samples if s.split == "test")
+    if sorted(str(t.id) for t in tasks) != want:
+        return False, "the benchmark is not the test split"
+    missing = [m.path for t in tasks for m in t.omni_modal_input if not (bench / "media" / m.path).is_file()]
+    if missing:
+        return False, f"benchmark media missing: {missing[:3]}"
+    return True, f"{len(samples)} samples, {len(splits)} seeds, {len(tasks)} benchmark tasks"
