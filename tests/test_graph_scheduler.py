@@ -105,9 +105,8 @@ def test_blocking_work_in_threads_overlaps() -> None:
         await asyncio.to_thread(time.sleep, 0.25)
         return SubResult(value=1)
 
-    t = time.perf_counter()
     ev = run(run_graph([node("E1"), node("E2")], blocking, Limits(max_parallel=2)))
-    assert overlap(ev[0], ev[1]) and time.perf_counter() - t < 0.45
+    assert overlap(ev[0], ev[1])  # their recorded intervals overlap (no wall-clock bound: load varies)
 
 
 def test_linear_mode_runs_one_at_a_time_in_topological_order() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,6 @@ def _hard(tmp_path: Path, kind: str, seed: int, level: float = 0.7) -> tuple[Pat
     return path, truth
 
 
-def _best_latency(tool: Tool, path: Path, mode: str, runs: int = 3) -> float:
-    best = np.inf
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        assert tool(path=str(path), mode=mode).ok
-        best = min(best, time.perf_counter() - t0)
-    return float(best)
-
-
 # (tool, kind, seed, result key, the truth's value); each file's difficulty is noted
 CASES = [
     (AudioDTMF(), "dtmf", 4, "digits", "40718"),  # -11 dB recording, 45 ms keys: fast loses keys
@@ -64,10 +55,12 @@ def test_careful_reads_hard_audio_that_fast_misses(
 
 
 @pytest.mark.parametrize("tool", TOOLS, ids=[t.name for t in TOOLS])
-def test_fast_is_faster_on_the_same_file(tmp_path: Path, tool: Tool) -> None:
+def test_fast_is_faster_on_the_same_file(
+    tmp_path: Path, tool: Tool, best_latency: Callable[..., float]
+) -> None:
     kind = {"audio_dtmf": "dtmf", "audio_tones": "beeps", "audio_morse": "morse"}[tool.name]
     path, _ = _hard(tmp_path, kind, 0, level=0.3)
-    assert _best_latency(tool, path, "fast") < _best_latency(tool, path, "careful")
+    assert best_latency(tool, path, "fast") < best_latency(tool, path, "careful")
 
 
 @pytest.mark.parametrize("tool", TOOLS, ids=[t.name for t in TOOLS])
