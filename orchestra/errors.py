@@ -26,3 +26,8 @@ class WorldError(OrchestraError):
 class ToolError(OrchestraError):
     """A tool cannot be built or looked up, or rejects its input; raised inside a run, ``Tool.__call__``
     turns it into a failed Observation the agent reads."""
+
+
+class ReplyError(OrchestraError):
+    """A model answered, but not with what was asked: not JSON, or not the requested schema. The item it
+    was about is set aside with this reason; a failed call (transport, HTTP status) is an LMError instead."""

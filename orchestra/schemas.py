@@ -196,6 +196,7 @@ class AnchorFact(_Record):
     args: dict[str, Any] = Field(default_factory=dict, description="perception facts: its arguments")
     field: str | None = Field(None, description="kb facts: the page field read")
     checked_by: str | None = Field(None, description="the expert whose tools recovered it")
+    stated_by: str | None = Field(None, description="the provider that wrote ``text`` (unset: builtin)")
 
 
 class RewriteCandidate(_Record):

@@ -17,7 +17,7 @@ from orchestra.config import ProviderSpec, ToolParams, VerifyParams, load_params
 from orchestra.data.expectations import CHECK_COLUMNS, checks_frame, validate_checks
 from orchestra.data.verify import CHECKS, VerifyReport, rederive_many, verify_report
 from orchestra.data.verify_bypass import PageReader, solve_text_only
-from orchestra.data.verify_judge import ProgrammaticJudge, make_judge
+from orchestra.data.verify_judge import LLMJudge, ProgrammaticJudge, make_judge
 from orchestra.errors import ConfigError, RecordError, StageError
 from orchestra.schemas import (
     AnchorFact,
@@ -352,9 +352,11 @@ def test_judge_flags_a_wrong_search_hit_and_near_duplicate_questions(
 def test_judge_provider_seam(tools: ToolRegistry) -> None:
     reader = PageReader(tools.get("web_search"), tools.get("page_browser"))
     openai = ProviderSpec(kind="openai", base_url="http://127.0.0.1:9/v1", model="m")
-    llm = {"builtin": ProviderSpec(), "llm": openai}
-    with pytest.raises(ConfigError, match="kind 'openai'.*not written yet"):
-        make_judge("llm", llm, reader, fuzz.ratio)
+    local = ProviderSpec(kind="transformers", model="/models/judge")
+    llm = {"builtin": ProviderSpec(), "llm": openai, "local": local}
+    assert isinstance(make_judge("llm", llm, reader, fuzz.ratio), LLMJudge)  # tests/test_openai_providers.py
+    with pytest.raises(ConfigError, match="kind 'transformers'.*'builtin'.*'openai'"):
+        make_judge("local", llm, reader, fuzz.ratio)
     with pytest.raises(ConfigError, match="not a key of providers"):
         make_judge("nope", llm, reader, fuzz.ratio)
     assert isinstance(make_judge("builtin", llm, reader, fuzz.ratio), ProgrammaticJudge)

@@ -75,8 +75,13 @@ class OpenAIClient:
         return data
 
     def chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        response_format: Mapping[str, Any] | None = None,
     ) -> ChatResult:
+        """One completion. ``response_format`` (e.g. ``{"type": "json_schema", ...}``) is sent as is."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [dict(m) for m in messages],
@@ -85,6 +90,8 @@ class OpenAIClient:
         }
         if tools:
             body["tools"] = [{"type": "function", "function": dict(t)} for t in tools]
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
         t0 = time.perf_counter()
         last: LMError | None = None
         for _ in range(self.max_retries + 1):

@@ -160,7 +160,10 @@ class RewriteParams(_Section):
 
 
 class VerifyParams(_Section):
-    judge_provider: str = Field("builtin", description="a key of `providers` (kind builtin only, for now)")
+    judge_provider: str = Field(
+        "builtin",
+        description="a key of `providers`: kind builtin = programmatic judge, openai = an LLM judge",
+    )
     min_anchor_coverage: Fraction = 1.0
     max_lexical_similarity: Fraction = 0.85
     # token_sort_ratio: word order does not matter (reordering clauses is no paraphrase) but every added or

@@ -8,6 +8,13 @@ only when an expert returns the recorded value, sure (the last expert's answer c
 confidence). A seed with a fact no expert recovers, a missing or corrupt media
 file, or no solution program is set aside with the reason.
 
+The ``openai`` extractor first asks its model, seed by seed in task order (one request at a time),
+for one atomic checkable statement per program step, sent the question, the answer, the modal
+inputs and the steps (out, op, arguments, recorded value). A reply that is not JSON of that schema,
+names a step the program lacks, names a step twice or leaves one out sets the seed aside
+(``extractor reply rejected: ...``). The statements become the facts' text (``stated_by`` the
+provider); everything else, the tools recovering every fact included, is the builtin extractor's.
+
 Besides the seed's own facts it writes *material*: every other value the seed's media files hold
 that a perception can read (each colour's count, each chart label's value, a video's caption and
 events), enumerated from the world's truth and kept only when the tools recover it the same way.
@@ -31,14 +38,15 @@ from orchestra.backends.base import BackendRegistry
 from orchestra.backends.calibrate import same_value, step_input, step_subtasks
 from orchestra.backends.perceptions import PERCEPTIONS
 from orchestra.config import AgentParams, AnchorParams, Params
-from orchestra.errors import OrchestraError, StageError
+from orchestra.data.llm import JsonProvider, Statements, stage_provider, state_facts
+from orchestra.errors import OrchestraError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
 from orchestra.schemas import AnchorFact, BrowseStep, ComputeStep, PerceiveStep, SearchStep, SubTask, Task
 from orchestra.text import format_value
 from orchestra.tools.base import ToolRegistry
 from orchestra.world.perception import perceive
 
-__all__ = ["AnchorRun", "build_anchor_facts", "builtin_provider", "extract_anchors", "material_steps"]
+__all__ = ["AnchorRun", "build_anchor_facts", "extract_anchors", "material_steps"]
 
 _MODALITY = {"search": "web", "browse": "web", "compute": "compute"}
 
@@ -195,14 +203,20 @@ def _material_node(task: Task, step: PerceiveStep) -> tuple[StepGoal, SubTask, d
 
 
 async def _seed(
-    checker: _Checker, task: Task, media_truth: dict[str, dict[str, Any]], max_facts: int, run: AnchorRun
+    checker: _Checker,
+    task: Task,
+    media_truth: dict[str, dict[str, Any]],
+    max_facts: int,
+    run: AnchorRun,
+    stated: Statements | None,
 ) -> None:
     tid = str(task.id)
     program = task.solution_program or []
+    if stated is not None and tid in stated.rejected:
+        run.rejected.append({"task_id": tid, "reason": stated.rejected[tid]})
+        return
     if not program:
-        run.rejected.append(
-            {"task_id": tid, "reason": "no solution program (the builtin extractor needs one)"}
-        )
+        run.rejected.append({"task_id": tid, "reason": "no solution program (the extractor needs one)"})
         return
     if len(program) > max_facts:
         run.rejected.append(
@@ -223,7 +237,10 @@ async def _seed(
                 {"task_id": tid, "reason": f"step {step.out} ({step.op}) not recovered: {why}"}
             )
             return
-        facts.append(_fact(task, step, expert))
+        fact = _fact(task, step, expert)
+        if stated is not None and tid in stated.facts:
+            fact = fact.model_copy(update={"text": stated.facts[tid][step.out], "stated_by": stated.by})
+        facts.append(fact)
     material: list[AnchorFact] = []
     for step in material_steps(task, media_truth):
         kind, node, refs = _material_node(task, step)
@@ -242,8 +259,10 @@ def extract_anchors(
     tools: ToolRegistry,
     backends: BackendRegistry,
     concurrency: int = 2,
+    stated: Statements | None = None,
 ) -> AnchorRun:
-    """Anchors and material for every seed (in task order), and the seeds set aside with reasons."""
+    """Anchors and material for every seed (in task order), and the seeds set aside with reasons;
+    ``stated``: the openai extractor's statements (:func:`state_facts`), None for the builtin one."""
     from orchestra.world.replay import load_truth
 
     try:
@@ -258,7 +277,7 @@ def extract_anchors(
 
         async def one(task: Task, run: AnchorRun) -> None:
             async with gate:
-                await _seed(checker, task, media_truth, params.max_facts, run)
+                await _seed(checker, task, media_truth, params.max_facts, run, stated)
 
         await asyncio.gather(*(one(t, r) for t, r in zip(tasks, runs, strict=True)))
 
@@ -274,28 +293,29 @@ def extract_anchors(
     return out
 
 
-def builtin_provider(params: Params, key: str, what: str) -> None:
-    """Refuse a provider this stage cannot run yet, naming it (only ``builtin`` providers exist)."""
-    spec = params.providers[key]
-    if spec.kind != "builtin":
-        raise StageError(f"{what} {key!r} is a {spec.kind!r} provider; only builtin ones are built so far")
-
-
 def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
     """The anchor_facts stage: read data/seed_tasks, write anchors.jsonl, material.jsonl,
-    rejected.jsonl (seed, reason) and summary.json into data/anchor_facts (replaced atomically)."""
+    rejected.jsonl (seed, reason) and summary.json into data/anchor_facts (replaced atomically).
+    ``anchors.provider`` of kind openai states the facts first (:func:`state_facts`); its failed call
+    is a StageError, before any file is written."""
     from orchestra.agent.systems import builtin_backends
     from orchestra.data.seeds import load_seed_tasks
     from orchestra.tools.cache import open_perception_cache
     from orchestra.tools.registry import default_registry
 
-    builtin_provider(params, params.anchors.provider, "anchors.provider")
+    key = params.anchors.provider
+    spec = stage_provider(params, key, "anchors.provider")
     seeds_dir = Path(root) / "seed_tasks"
     tasks = load_seed_tasks(seeds_dir)
+    stated = None
+    if spec.kind == "openai":
+        stated = state_facts(tasks, JsonProvider(spec, key, "anchors.provider"), params.anchors.max_facts)
     backends = builtin_backends(params.agent)
     cache = open_perception_cache(Path(root), params.tools)
     with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
-        run = extract_anchors(tasks, seeds_dir, params.anchors, params.agent, tools, backends, concurrency=2)
+        run = extract_anchors(
+            tasks, seeds_dir, params.anchors, params.agent, tools, backends, concurrency=2, stated=stated
+        )
     kept = len({a.task_id for a in run.anchors})
     summary = {
         "seeds": len(tasks),

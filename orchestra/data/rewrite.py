@@ -5,7 +5,9 @@ extends it with steps drawn from the seed's *material* (other values its media f
 recovered by the tools in anchor_facts) and from the knowledge base's pages, so its media stay
 unchanged and perception stays grounded. Every added step feeds the answer. The question is
 written from noun phrases for each value (``orchestra.data.phrases``); the level follows the
-program's length like OmniGAIA's ``total_steps``: Easy <= 3, Medium 4-6, Hard >= 7.
+program's length like OmniGAIA's ``total_steps``: Easy <= 3, Medium 4-6, Hard >= 7. With
+``rewrite.provider`` of kind openai the grammar still writes each candidate's program and answer,
+and the model rephrases its draft question (``orchestra.data.llm.rephrase_candidates``).
 
 Strategies (each is a way of extending the program, with its own question templates):
 - ``numeric_composition``: new numbers (material or page attributes) combined by + - * /.
@@ -345,14 +347,16 @@ def rewrite_all(
 
 def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     """The rewrite_candidates stage: read data/seed_tasks and data/anchor_facts, write
-    candidates.jsonl and summary.json (cells, templates, 3-gram share, parallelism) into
-    data/rewrite_candidates (replaced atomically)."""
-    from orchestra.data.anchors import builtin_provider
+    candidates.jsonl, rejected.jsonl (candidates whose openai rephrasing was set aside, with the
+    reason; empty under builtin) and summary.json (cells, templates, 3-gram share, parallelism)
+    into data/rewrite_candidates (replaced atomically)."""
+    from orchestra.data.llm import JsonProvider, rephrase_candidates, stage_provider
     from orchestra.data.seeds import load_seed_tasks
     from orchestra.data.verify import question_similarity
     from orchestra.world.replay import load_truth
 
-    builtin_provider(params, params.rewrite.provider, "rewrite.provider")
+    key = params.rewrite.provider
+    spec = stage_provider(params, key, "rewrite.provider")
     root = Path(root)
     seeds = load_seed_tasks(root / "seed_tasks")
     anchors_dir = root / "anchor_facts"
@@ -368,6 +372,9 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     cands = rewrite_all(
         seeds, anchors, material, kb, params.rewrite, similarity, params.verify.max_lexical_similarity
     )
+    rejected: list[dict[str, str]] = []
+    if spec.kind == "openai":
+        cands, rejected = rephrase_candidates(cands, JsonProvider(spec, key, "rewrite.provider"))
     seconds = skill_seconds(params.agent)
     par = [available_parallelism(c.task, seconds) for c in cands]
     deep = [p for c, p in zip(cands, par, strict=True) if c.level != "Easy"]
@@ -380,6 +387,8 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
         "seeds": len(seeds),
         "seeds_used": len({c.seed_id for c in cands}),
         "rows": len(cands),
+        "rejected": len(rejected),
+        "rejected_reasons": dict(Counter(r["reason"].split(":")[0] for r in rejected).most_common()),
         "cells": {f"{s}/{lv}": n for (s, lv), n in sorted(cells.items())},
         "by_level": dict(sorted(Counter(c.level for c in cands).items())),
         "hard_share": round(sum(c.level == "Hard" for c in cands) / max(1, len(cands)), 3),
@@ -402,5 +411,8 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     }
     with atomic_dir(root / "rewrite_candidates") as tmp:
         write_jsonl(tmp / "candidates.jsonl", cands)
+        atomic_write_text(
+            tmp / "rejected.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejected)
+        )
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
     return summary

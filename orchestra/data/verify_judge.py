@@ -1,4 +1,5 @@
-"""The judge check: its seam (one abstract method), the builtin programmatic judge, near-duplicates."""
+"""The judge check: its seam (one abstract method), the builtin programmatic judge, the openai LLM judge,
+and near-duplicate detection across the set (programmatic for both judges)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
 from rapidfuzz import process
 from rapidfuzz.utils import default_process
 
 from orchestra.config import ProviderSpec
+from orchestra.data.llm import JsonProvider, program_steps
 from orchestra.data.verify_bypass import PageReader
-from orchestra.errors import ConfigError, ToolError
+from orchestra.errors import ConfigError, ReplyError, ToolError
 from orchestra.schemas import (
     BrowseStep,
     CheckOutcome,
@@ -27,7 +30,15 @@ from orchestra.schemas import (
 from orchestra.text import ValueFormatError, format_value
 from orchestra.world.catalogue import TYPES
 
-__all__ = ["DUPLICATE_SIMILARITY", "Judge", "ProgrammaticJudge", "make_judge", "program_signature"]
+__all__ = [
+    "DUPLICATE_SIMILARITY",
+    "Judge",
+    "LLMJudge",
+    "ProgrammaticJudge",
+    "make_judge",
+    "near_duplicates",
+    "program_signature",
+]
 
 _CALLS = frozenset({"abs", "round", "int", "min", "max"})  # what compute expressions may call
 #: questions at least this similar (same scorer as the lexical check) with the same answer are duplicates
@@ -82,6 +93,37 @@ def program_signature(steps: Sequence[SolutionStep]) -> tuple[str, ...]:
     return tuple(sig)
 
 
+def near_duplicates(candidates: Sequence[RewriteCandidate], scorer: Scorer) -> dict[str, str]:
+    """Candidate id -> why it is a near-duplicate of an earlier candidate (``candidates`` in
+    candidate_id order): the same answer and the same program signature, or the same answer and a
+    question at least ``DUPLICATE_SIMILARITY`` similar by ``scorer``."""
+    out: dict[str, str] = {}
+    first_by_signature: dict[tuple[str, tuple[str, ...]], str] = {}
+    earlier_by_answer: dict[str, list[tuple[str, str]]] = {}  # answer -> [(question, id)]
+    for c in candidates:
+        answer = " ".join(c.task.answer.split()).casefold()
+        sig = (answer, program_signature(c.task.solution_program or []))
+        if c.task.solution_program and sig in first_by_signature:
+            out[c.candidate_id] = f"near-duplicate of {first_by_signature[sig]} (same answer and program)"
+        else:
+            first_by_signature.setdefault(sig, c.candidate_id)
+            earlier = earlier_by_answer.get(answer, [])
+            best = process.extractOne(
+                c.task.question,
+                [q for q, _ in earlier],
+                scorer=scorer,
+                processor=default_process,
+                score_cutoff=100 * DUPLICATE_SIMILARITY,
+            )
+            if best is not None:
+                dup_id, sim = earlier[best[2]][1], best[1] / 100
+                out[c.candidate_id] = (
+                    f"near-duplicate of {dup_id} (same answer, question similarity {sim:.2f})"
+                )
+        earlier_by_answer.setdefault(answer, []).append((c.task.question, c.candidate_id))
+    return out
+
+
 class Judge(ABC):
     """A judge of a whole candidate set: factual consistency and duplicates. One method: ``judge``."""
 
@@ -98,9 +140,9 @@ class ProgrammaticJudge(Judge):
     - every browse step's value is the page's fact for its field (page_browser: infobox label = value);
     - the last step's value, formatted (``orchestra.text.format_value``), is the answer.
 
-    Then across the set, in candidate_id order: a candidate with the same answer and the same
-    program signature as an earlier one, or the same answer and a question at least
-    ``DUPLICATE_SIMILARITY`` similar, fails as a near-duplicate of that earlier candidate. The
+    Then across the set, in candidate_id order (:func:`near_duplicates`): a candidate with the same
+    answer and the same program signature as an earlier one, or the same answer and a question at
+    least ``DUPLICATE_SIMILARITY`` similar, fails as a near-duplicate of that earlier candidate. The
     score is the share of consistency items that hold (a duplicate fails whatever its score).
     """
 
@@ -109,33 +151,12 @@ class ProgrammaticJudge(Judge):
 
     def judge(self, candidates: Sequence[RewriteCandidate]) -> dict[str, CheckOutcome]:
         out = {}
-        first_by_signature: dict[tuple[str, tuple[str, ...]], str] = {}
-        earlier_by_answer: dict[str, list[tuple[str, str]]] = {}  # answer -> [(question, id)]
+        duplicates = near_duplicates(candidates, self.scorer)
         for c in candidates:
             problems, items = self.consistency(c)
             score = round((items - len(problems)) / items, 4)
-            answer = " ".join(c.task.answer.split()).casefold()
-            duplicate = None
-            sig = (answer, program_signature(c.task.solution_program or []))
-            if c.task.solution_program and sig in first_by_signature:
-                duplicate = f"near-duplicate of {first_by_signature[sig]} (same answer and program)"
-            else:
-                first_by_signature.setdefault(sig, c.candidate_id)
-                earlier = earlier_by_answer.get(answer, [])
-                best = process.extractOne(
-                    c.task.question,
-                    [q for q, _ in earlier],
-                    scorer=self.scorer,
-                    processor=default_process,
-                    score_cutoff=100 * DUPLICATE_SIMILARITY,
-                )
-                if best is not None:
-                    dup_id = earlier[best[2]][1]
-                    sim = best[1] / 100
-                    duplicate = f"near-duplicate of {dup_id} (same answer, question similarity {sim:.2f})"
-            earlier_by_answer.setdefault(answer, []).append((c.task.question, c.candidate_id))
-            if duplicate:
-                problems.append(duplicate)
+            if c.candidate_id in duplicates:
+                problems.append(duplicates[c.candidate_id])
             detail = "; ".join(problems) if problems else f"consistent ({items} items) and no duplicate"
             out[c.candidate_id] = CheckOutcome(passed=not problems, score=score, detail=detail)
         return out
@@ -200,12 +221,93 @@ class ProgrammaticJudge(Judge):
         return None
 
 
+class Verdict(BaseModel):
+    """The LLM judge's reply."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    consistent: bool = Field(description="the question, program, facts and answer agree")
+    score: float = Field(ge=0, le=1, description="confidence that the candidate is consistent, 0-1")
+    reason: str = Field(description="one or two sentences: why")
+
+
+_JUDGE = (
+    "You judge generated question-answering tasks for factual consistency. The user message is a JSON "
+    "object: a question, its answer, the solution program that derives the answer (each step with its "
+    "out, op, arguments and recorded value) and the knowledge-base facts the program reads (each search "
+    "step's page title, each browse step's page and the fact shown for its field). The task is "
+    "consistent when the question asks exactly what the program computes, every recorded value agrees "
+    "with the facts, each step follows from the earlier ones, and the last step's value is the answer."
+)
+
+
+class LLMJudge(Judge):
+    """The ``openai`` judge: one request per candidate (candidate_id order), sent the question, the
+    answer, the program and the knowledge-base facts it reads (through the same :class:`PageReader`
+    the builtin judge uses); it passes when the verdict is consistent and it is no near-duplicate
+    (:func:`near_duplicates`, programmatic: a model cannot compare the whole set). A reply that is
+    not a verdict fails that candidate with score 0 (``judge reply rejected: ...``); a failed call
+    is a StageError naming the provider."""
+
+    def __init__(self, reader: PageReader, scorer: Scorer, provider: JsonProvider) -> None:
+        self.reader, self.scorer, self.provider = reader, scorer, provider
+
+    def judge(self, candidates: Sequence[RewriteCandidate]) -> dict[str, CheckOutcome]:
+        out = {}
+        duplicates = near_duplicates(candidates, self.scorer)
+        for c in candidates:
+            steps = c.task.solution_program or []
+            item = {
+                "question": c.task.question,
+                "answer": c.task.answer,
+                "steps": program_steps(steps),
+                "kb_facts": self.kb_facts(steps),
+            }
+            try:
+                v = self.provider.ask(Verdict, _JUDGE, item)
+                passed, score = v.consistent, round(v.score, 4)
+                said = "consistent" if v.consistent else "inconsistent"
+                detail = f"{said} ({self.provider.name}): {v.reason}"
+            except ReplyError as e:
+                passed, score, detail = False, 0.0, f"judge reply rejected: {e}"
+            if c.candidate_id in duplicates:
+                passed, detail = False, f"{detail}; {duplicates[c.candidate_id]}"
+            out[c.candidate_id] = CheckOutcome(passed=passed, score=score, detail=detail)
+        return out
+
+    def kb_facts(self, steps: Sequence[SolutionStep]) -> list[dict[str, Any]]:
+        """What the program's search and browse steps read, as the page browser shows it."""
+        env: dict[str, Any] = {}
+        facts: list[dict[str, Any]] = []
+        for s in steps:
+            if isinstance(s, SearchStep | BrowseStep):
+                if isinstance(s, SearchStep):
+                    url = str(s.value)
+                elif s.url.startswith("$") and s.url[1:] not in env:
+                    url = s.url  # no earlier step: stays as written, the browser cannot open it
+                else:
+                    url = str(_resolve(s.url, env))
+                row: dict[str, Any] = {"step": s.out, "page": url}
+                try:
+                    page = self.reader.page(url)
+                except ToolError as e:
+                    row["error"] = f"the browser cannot open it: {e}"
+                else:
+                    row["title"] = page.title
+                    if isinstance(s, BrowseStep):
+                        fact = field_fact(page.facts, s.field)
+                        row["field"] = s.field
+                        row["fact"] = f"{fact[0]}: {fact[1]}" if fact else "(the page has no such fact)"
+                facts.append(row)
+            env[s.out] = s.value
+        return facts
+
+
 def make_judge(
     name: str, providers: Mapping[str, ProviderSpec] | None, reader: PageReader, scorer: Scorer
 ) -> Judge:
-    """The judge ``verify.judge_provider`` names. Only kind ``builtin`` is implemented; an LLM judge
-    (kind ``openai``: an OpenAI-compatible endpoint returning a JSON verdict) is a later step and is
-    refused with a ConfigError here rather than faked."""
+    """The judge ``verify.judge_provider`` names: kind ``builtin`` is :class:`ProgrammaticJudge`,
+    kind ``openai`` is :class:`LLMJudge` on that endpoint; any other kind is a ConfigError."""
     if providers is None:
         if name != "builtin":
             raise ConfigError(f"verify.judge_provider {name!r} needs the providers table to resolve it")
@@ -216,7 +318,10 @@ def make_judge(
         kind = providers[name].kind
     if kind == "builtin":
         return ProgrammaticJudge(reader, scorer)
+    if kind == "openai":
+        assert providers is not None
+        return LLMJudge(reader, scorer, JsonProvider(providers[name], name, "verify.judge_provider"))
     raise ConfigError(
-        f"verify.judge_provider {name!r} is a provider of kind {kind!r}; only kind 'builtin' (the "
-        "programmatic judge) is implemented: the LLM judge (kind 'openai') is not written yet"
+        f"verify.judge_provider {name!r} is a provider of kind {kind!r}; a judge runs on kind 'builtin' "
+        "(the programmatic judge) or 'openai' (an OpenAI-compatible endpoint)"
     )
