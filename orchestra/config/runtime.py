@@ -171,11 +171,18 @@ class SandboxToolParams(_Section):
 
 
 class ToolParams(_Section):
-    """Configuration of the action tools and of the perception cache (perception tools need none)."""
+    """Configuration of the action tools, the perception workers and the perception cache."""
 
     search: SearchToolParams = SearchToolParams()
     browser: BrowserToolParams = BrowserToolParams()
     sandbox: SandboxToolParams = SandboxToolParams()
+    workers: int | None = Field(
+        None,
+        ge=0,
+        le=256,
+        description="perception tools run in this many worker processes, so parallel sub-agents use every "
+        "core (null = the cores this process may use; 0 = in the calling thread)",
+    )
     cache: bool = Field(
         True,
         description="stages serve perception observations from the on-disk cache keyed by (tool, args, media "

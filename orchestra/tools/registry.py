@@ -133,14 +133,19 @@ def default_registry(
 def registry_for_pages(
     pages: PageStore, params: ToolParams, cache: PerceptionCache | None = None
 ) -> ToolRegistry:
-    """All default tools over an already loaded page store (``cache``: as for :func:`default_registry`)."""
+    """All default tools over an already loaded page store (``cache``: as for :func:`default_registry`);
+    the perception tools run in ``params.workers`` worker processes (:mod:`orchestra.tools.pool`)."""
+    from orchestra.tools.pool import PooledTool, worker_count
+
+    workers = worker_count(params.workers)
     registry = ToolRegistry()
     for spec in PERCEPTION_TOOLS:
         cls = load_tool_class(spec)
         try:
-            registry.register(cls())
+            tool = cls()
         except TypeError as e:
             raise ToolError(f"tool {spec} cannot be built without arguments: {e}") from e
+        registry.register(PooledTool.wrap(tool, workers) if workers else tool)
     for tool in action_tools(pages, params):
         registry.register(tool)
     return registry if cache is None else cached_registry(registry, cache)

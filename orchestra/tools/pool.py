@@ -1,0 +1,163 @@
+"""Perception tools in worker processes, so sub-agents that run at once use every core.
+
+The perception tools are CPU-bound Python and numpy: in the caller's threads they take turns on
+the GIL, and two sub-agents reading two videos at once barely overlap. With ``tools.workers`` > 0 a
+registry's perception tools run each call in a process pool of that many workers (the default is
+the cores this process may use; 0 runs them in the calling thread). There is one pool per size
+per process, shared by every registry, started on the first call: perception tools take no
+configuration, so a worker builds each tool from its class once and keeps it.
+
+A call's observation is the worker's, with the latency of the whole round trip measured in the
+caller (what the sub-agent waited, queueing included). A worker that dies (native code crashing on a
+hostile file) fails that call with a recorded failure and the pool is rebuilt for the next one;
+an exception that is not a tool failure (a bug) is re-raised in the caller.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from orchestra.errors import OrchestraError
+from orchestra.tools.base import Observation, Tool
+
+__all__ = ["PooledTool", "usable_cores", "worker_count"]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_count(workers: int | None) -> int:
+    """``tools.workers`` resolved: None = :func:`usable_cores`, 0 = in the calling thread."""
+    return usable_cores() if workers is None else workers
+
+
+# -- the worker side ------------------------------------------------------------------------------
+
+_TOOLS: dict[str, Tool] = {}
+
+
+def _init_worker() -> None:
+    import cv2
+
+    cv2.setNumThreads(1)  # one worker per core: OpenCV's own threads would only contend with the others
+
+
+def _work(spec: str, args: dict[str, Any]) -> Observation:
+    from orchestra.tools.registry import load_tool_class
+
+    tool = _TOOLS.get(spec)
+    if tool is None:
+        tool = _TOOLS[spec] = load_tool_class(spec)()
+    return tool(**args)
+
+
+# -- the caller side ------------------------------------------------------------------------------
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+_LOCK = threading.Lock()
+
+
+def _pool(size: int) -> ProcessPoolExecutor:
+    with _LOCK:
+        pool = _POOLS.get(size)
+        if pool is None:
+            ctx = multiprocessing.get_context("forkserver")
+            # the forkserver imports the tools once and workers fork from it with them loaded; as with any
+            # multiprocessing start method but fork, a worker also imports the caller's main script
+            # (guarded by ``if __name__ == "__main__"``, as every entry point of the project is)
+            ctx.set_forkserver_preload([f"orchestra.tools.{m}" for m in ("image", "audio", "video")])
+            pool = _POOLS[size] = ProcessPoolExecutor(size, mp_context=ctx, initializer=_init_worker)
+        return pool
+
+
+def _drop(size: int, pool: ProcessPoolExecutor) -> None:
+    with _LOCK:
+        if _POOLS.get(size) is pool:
+            del _POOLS[size]
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+@atexit.register
+def _shutdown() -> None:
+    with _LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class PooledTool(Tool):
+    """A perception tool whose calls run in the worker pool of ``size`` processes.
+
+    It has the wrapped tool's name, description, input schema, price, failure kinds and version, so
+    a perception cache keys it as the tool itself; argument checking and ``spec`` are the wrapped
+    tool's (a bad argument is reported without a round trip). Build one with :meth:`wrap`."""
+
+    def __init__(self, inner: Tool, size: int) -> None:
+        self.inner, self.size = inner, size
+        cls = type(inner)
+        self.spec_name = f"{cls.__module__}:{cls.__qualname__}"
+
+    @staticmethod
+    def wrap(tool: Tool, size: int) -> PooledTool:
+        if size < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got {size}")
+        return _pooled_class(type(tool))(tool, size)
+
+    def run(self, **kwargs: Any) -> Observation:
+        return self.inner.run(**kwargs)
+
+    def __call__(self, **kwargs: Any) -> Observation:
+        try:
+            args = self.inner.check_args(kwargs)
+        except (OrchestraError, *self.inner.failure_kinds):
+            return self.inner(**kwargs)  # reports the bad argument exactly as the tool does
+        start = time.perf_counter()
+        pool = _pool(self.size)
+        try:
+            obs = pool.submit(_work, self.spec_name, args).result()
+        except BrokenProcessPool as e:
+            _drop(self.size, pool)
+            obs = self.inner.failure(f"the perception worker running it died ({e}); the pool is restarted")
+        obs.latency_s = time.perf_counter() - start
+        return obs
+
+    def check_args(self, kwargs: Any) -> dict[str, Any]:
+        return self.inner.check_args(kwargs)
+
+    def spec(self) -> dict[str, Any]:
+        return self.inner.spec()
+
+    def close(self) -> None:
+        """Close the wrapped tool (the shared pool stays up for other registries; it stops at exit)."""
+        self.inner.close()
+
+
+@functools.cache
+def _pooled_class(cls: type[Tool]) -> type[PooledTool]:
+    """A PooledTool subclass carrying ``cls``'s class attributes (made once per tool class)."""
+    attrs = {
+        "__module__": __name__,
+        "__qualname__": f"PooledTool[{cls.__qualname__}]",
+        "__doc__": cls.__doc__,
+        "name": cls.name,
+        "description": cls.description,
+        "input_schema": cls.input_schema,
+        "cost_per_call": cls.cost_per_call,
+        "failure_kinds": cls.failure_kinds,
+        "version": cls.version,
+    }
+    return type(f"Pooled{cls.__name__}", (PooledTool,), attrs)
