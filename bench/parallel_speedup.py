@@ -19,7 +19,7 @@ time) and with ``orchestra`` (the same decisions, batches run in parallel). Figu
 
 Without --world a world is generated into a temporary folder. With --verified DATA (a data folder
 after ``make pipeline``) the tasks are the parallel subset of verified_samples (available
-parallelism by calibrated step times >= 1.25, see orchestra.data.report), first --limit of them,
+parallelism by calibrated step times >= 1.5, see orchestra.data.report), first --limit of them,
 and the speedup has a target too (>= 1.5). Tools run cold (no perception cache). Prints one row
 per task and a final RESULT line; exits 1 when a target is missed or there are fewer than
 --min-tasks tasks.
@@ -63,7 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=Path, default=None)
     ap.add_argument("--n-seeds", type=int, default=72, help="seeds of the generated world (without --world)")
-    ap.add_argument("--min-tasks", type=int, default=50)
+    ap.add_argument("--min-tasks", type=int, default=None, help="default 50, with --verified 30")
     ap.add_argument("--max-parallel", type=int, default=4)
     ap.add_argument("--bound-target", type=float, default=1.15)
     ap.add_argument("--overhead-target-ms", type=float, default=5.0)
@@ -74,14 +74,16 @@ def main() -> int:
     ap.add_argument("--speedup-target", type=float, default=1.5, help="with --verified")
     args = ap.parse_args()
 
+    if args.min_tasks is None:
+        args.min_tasks = 30 if args.verified is not None else 50
     tmp = None
     world = args.world
     if args.verified is not None:
-        from orchestra.data.report import PARALLEL_AT, available_parallelism, skill_seconds
+        from orchestra.data.report import PARALLEL_AT, available_parallelism, step_seconds
         from orchestra.data.trajectories import load_verified
 
         world = args.verified / "seed_tasks"
-        seconds = skill_seconds(AgentParams())
+        seconds = step_seconds(AgentParams())
         samples = [s.task for s in load_verified(args.verified)]
         tasks = [t for t in samples if available_parallelism(t, seconds) >= PARALLEL_AT][: args.limit]
     elif world is None:

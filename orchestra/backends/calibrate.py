@@ -3,7 +3,7 @@
 ``calibrate`` generates a world from its own seed (never the benchmark's), then for every task
 step whose skill an expert has, hands that expert the step as one sub-task — the goal the expert
 policy would write, its inputs filled with the world's recorded values — and checks the value it
-returns against the recorded one. Per (expert, skill): accuracy, p50 wall seconds, items. The
+returns against the recorded one. Per (expert, skill): accuracy, p50 wall seconds (also per tool), items. The
 registry gets the accuracies as the experts' skill levels and the table as ``measured``; each
 expert's ``latency.base_s`` becomes its p50 over all items, and a builtin expert's price its
 compute (p50 seconds times a price per second). This harness reads the world's truth
@@ -43,6 +43,7 @@ class CalibrationItem:
     expected: Any = None
     confidence: float | None = None
     routine: str = ""
+    tool: str = ""
 
 
 def step_subtasks(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
@@ -113,7 +114,18 @@ async def _run_all(
         ok = res.ok and same_value(res.value, expected, code)
         routine = sti.subtask.goal.split(" in #M")[0] if sti.subtask.modalities else skill
         out.append(
-            CalibrationItem(backend.name, skill, tid, ok, took, res.value, expected, res.confidence, routine)
+            CalibrationItem(
+                backend.name,
+                skill,
+                tid,
+                ok,
+                took,
+                res.value,
+                expected,
+                res.confidence,
+                routine,
+                *sti.subtask.tools[:1],
+            )
         )
         if progress is not None:
             progress(k + 1, len(jobs))
@@ -155,6 +167,10 @@ def _table(items: list[CalibrationItem]) -> dict[str, dict[str, SkillMeasure]]:
             accuracy=round(sum(i.correct for i in its) / len(its), 3),
             p50_s=round(statistics.median(i.seconds for i in its), 4),
             n=len(its),
+            tools={
+                tool: round(statistics.median(i.seconds for i in its if i.tool == tool), 4)
+                for tool in sorted({i.tool for i in its if i.tool})
+            },
         )
     return out
 

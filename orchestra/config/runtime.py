@@ -36,6 +36,11 @@ class SkillMeasure(_Section):
     accuracy: Fraction
     p50_s: float = Field(ge=0)
     n: int = Field(ge=1)
+    tools: dict[str, float] = Field(
+        default_factory=dict,
+        description="p50 seconds per tool the skill's sub-tasks called (a skill's tools can differ tenfold: "
+        "video_text and video_events)",
+    )
 
 
 class BackendSpec(_Section):

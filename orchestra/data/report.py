@@ -12,11 +12,11 @@ from orchestra.backends.selection import select_backend
 from orchestra.config import AgentParams
 from orchestra.schemas import PerceiveStep, SolutionStep, Task
 
-__all__ = ["PARALLEL_AT", "available_parallelism", "ngram_share", "skill_seconds", "step_skill"]
+__all__ = ["PARALLEL_AT", "available_parallelism", "ngram_share", "step_key", "step_seconds", "step_skill"]
 
 #: a program is "parallel" when its steps' total time is at least this many critical paths: two
-#: independent branches, the lighter at least a quarter of the heavier
-PARALLEL_AT = 1.25
+#: independent branches of comparable cost, the lighter at least half of the heavier
+PARALLEL_AT = 1.5
 
 
 def step_skill(step: SolutionStep) -> str:
@@ -25,9 +25,17 @@ def step_skill(step: SolutionStep) -> str:
     return {"search": "search", "browse": "browse", "compute": "code"}[step.op]
 
 
-def skill_seconds(agent: AgentParams) -> dict[str, float]:
-    """Per skill, the calibrated p50 seconds of the expert cost-aware selection picks for a demand of
-    that skill alone (the expert that runs it), its base latency when it was not measured on it."""
+def step_key(step: SolutionStep) -> str:
+    """What a step's time is looked up by in :func:`step_seconds`: a perception's tool, else the skill."""
+    if isinstance(step, PerceiveStep):
+        return PERCEPTIONS[step.perception].tool
+    return step_skill(step)
+
+
+def step_seconds(agent: AgentParams) -> dict[str, float]:
+    """Per skill and per tool, the calibrated p50 seconds of the expert cost-aware selection picks for
+    a demand of that skill alone (the expert that runs it), its base latency when it was not measured
+    on it. A tool's own p50 counts where calibration has one: one skill's tools can differ tenfold."""
     from orchestra.agent.systems import builtin_backends
 
     pool = list(builtin_backends(agent))
@@ -38,19 +46,20 @@ def skill_seconds(agent: AgentParams) -> dict[str, float]:
         pick = select_backend({skill: 1.0}, able, agent.cost_weight, agent.latency_weight)
         measured = specs[pick.name].measured.get(skill)
         out[skill] = measured.p50_s if measured is not None else specs[pick.name].latency.base_s
+        out.update(measured.tools if measured is not None else {})
     return out
 
 
 def available_parallelism(task: Task, seconds: Mapping[str, float]) -> float:
     """Sum of the program's step times over its critical path (1.0 for a chain), step times from
-    ``seconds`` per skill: what an orchestrator with unbounded parallelism could gain at best."""
+    ``seconds`` (:func:`step_seconds`): what an orchestrator with unbounded parallelism could gain."""
     program = task.solution_program or []
     if not program:
         return 1.0
     finish: dict[str, float] = {}
     total = 0.0
     for s in program:
-        t = seconds.get(step_skill(s), 0.0)
+        t = seconds.get(step_key(s), seconds.get(step_skill(s), 0.0))
         total += t
         finish[s.out] = t + max((finish[v] for v in program_inputs(s) if v in finish), default=0.0)
     critical = max(finish.values())

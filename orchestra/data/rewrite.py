@@ -33,7 +33,7 @@ import numpy as np
 from orchestra.config import Params, RewriteParams
 from orchestra.data import phrases as ph
 from orchestra.data.program import LEVEL_STEPS, Builder, level_of
-from orchestra.data.report import PARALLEL_AT, available_parallelism, ngram_share, skill_seconds
+from orchestra.data.report import PARALLEL_AT, available_parallelism, ngram_share, step_seconds
 from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, write_jsonl
 from orchestra.schemas import AnchorFact, BrowseStep, ComputeStep, ModalInput, RewriteCandidate, Task
@@ -375,7 +375,7 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     rejected: list[dict[str, str]] = []
     if spec.kind == "openai":
         cands, rejected = rephrase_candidates(cands, JsonProvider(spec, key, "rewrite.provider"))
-    seconds = skill_seconds(params.agent)
+    seconds = step_seconds(params.agent)
     par = [available_parallelism(c.task, seconds) for c in cands]
     deep = [p for c, p in zip(cands, par, strict=True) if c.level != "Easy"]
     parallel = [p for p in deep if p >= PARALLEL_AT]
