@@ -1,17 +1,25 @@
-"""Shared fixtures: a small generated world every test module may reuse (read-only)."""
+"""Shared fixtures: a small generated world every test module may reuse (read-only), its seeds and action
+tools, and `orchestra serve --script` as a process."""
 
 from __future__ import annotations
 
+import select
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from orchestra.config import AgentParams, WorldParams
+from orchestra.config import AgentParams, ToolParams, WorldParams
+from orchestra.schemas import Task, read_tasks_json
+from orchestra.tools.base import ToolRegistry
+from orchestra.tools.registry import action_tools, page_store
 
 if TYPE_CHECKING:
     from orchestra.agent.systems import Environment
@@ -76,3 +84,55 @@ def _best_latency(tool: Any, path: Path, mode: str, runs: int = 3) -> float:
 @pytest.fixture()
 def best_latency() -> Callable[..., float]:
     return _best_latency
+
+
+SERVE = "from orchestra.agent.cli import app; app()"
+# Runs argv[1:] with SIGTERM and SIGINT ignored: that disposition survives exec, as under a Dagster run.
+IGNORING = (
+    "import os, signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\nos.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+@contextmanager
+def _serve_process(
+    script: Path, ignoring: bool = False, name: str = "demo"
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`orchestra serve --script` as a process (optionally started with SIGTERM/SIGINT ignored);
+    yields it and its base URL once it says it is serving. Killed if still running at the end."""
+    cmd = [sys.executable, "-c", SERVE, "serve", "--script", str(script), "--port", "0", "--name", name]
+    if ignoring:
+        cmd = [sys.executable, "-c", IGNORING, *cmd]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        ready = select.select([proc.stderr], [], [], 60)[0]
+        line = proc.stderr.readline() if ready else "(nothing within 60 s)"
+        assert line.startswith(f"serving {name} at http://127.0.0.1:"), line
+        yield proc, line.strip().rsplit(" ", 1)[-1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+@pytest.fixture()
+def serve_process() -> Callable[..., Any]:
+    """``serve_process(script_path, ignoring=False, name="demo")``: `orchestra serve --script` as a real
+    process (optionally started with SIGTERM/SIGINT ignored), yielding (process, base URL)."""
+    return _serve_process
+
+
+@pytest.fixture(scope="module")
+def seeds(small_world: Path) -> list[Task]:
+    return read_tasks_json(small_world / "tasks.json")
+
+
+@pytest.fixture(scope="module")
+def tools(small_world: Path) -> Iterator[ToolRegistry]:
+    """The small world's action tools (web_search, page_browser, code_executor)."""
+    registry = ToolRegistry(action_tools(page_store(small_world), ToolParams()))
+    yield registry
+    registry.close()

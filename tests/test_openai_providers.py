@@ -4,13 +4,8 @@ good replies used, malformed ones set aside with their reason, failed calls stop
 from __future__ import annotations
 
 import json
-import select
 import shutil
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +14,7 @@ from rapidfuzz import fuzz
 
 from orchestra.agent.serve import ScriptedResponder, start_server
 from orchestra.backends.chat import LMError
-from orchestra.config import Params, ProviderSpec, ToolParams
+from orchestra.config import Params, ProviderSpec
 from orchestra.data.anchors import build_anchor_facts
 from orchestra.data.llm import ExtractorReply, JsonProvider, rephrase_candidates, state_facts
 from orchestra.data.rewrite import build_rewrite_candidates
@@ -39,31 +34,8 @@ from orchestra.schemas import (
 )
 from orchestra.text import format_value
 from orchestra.tools.base import ToolRegistry
-from orchestra.tools.registry import action_tools, page_store
 
-SERVE = "from orchestra.agent.cli import app; app()"
 SEEDS = 4  # the trimmed world the stage tests run on
-
-
-@contextmanager
-def serve_process(script: list[dict[str, Any]], tmp: Path) -> Iterator[str]:
-    """`orchestra serve --script` as a real process (as in tests/test_serve.py); yields its base URL."""
-    path = tmp / "script.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in script))
-    cmd = [sys.executable, "-c", SERVE, "serve", "--script", str(path), "--port", "0", "--name", "judge"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        ready = select.select([proc.stderr], [], [], 60)[0]
-        line = proc.stderr.readline() if ready else "(nothing within 60 s)"
-        assert line.startswith("serving judge at http://127.0.0.1:"), line
-        yield line.strip().rsplit(" ", 1)[-1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def llm_params(url: str, retries: int = 0, **stages: Any) -> Params:
@@ -309,18 +281,6 @@ def test_rephrasings_must_keep_quoted_names_and_numbers(drafted: Path) -> None:
 # --- the judge -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tools(small_world: Path) -> Iterator[ToolRegistry]:
-    registry = ToolRegistry(action_tools(page_store(small_world), ToolParams()))
-    yield registry
-    registry.close()
-
-
-@pytest.fixture(scope="module")
-def seeds(small_world: Path) -> list[Task]:
-    return read_tasks_json(small_world / "tasks.json")
-
-
 def rewrite_of(cid: str, seed: Task, question: str) -> RewriteCandidate:
     task = seed.model_copy(deep=True, update={"id": cid, "question": question})
     return RewriteCandidate(
@@ -413,7 +373,7 @@ def test_llm_judge_failed_calls_stop_verification(seeds: list[Task], tools: Tool
 
 
 def test_verify_report_runs_the_llm_judge_on_orchestra_serve(
-    seeds: list[Task], small_world: Path, tools: ToolRegistry, tmp_path: Path
+    seeds: list[Task], small_world: Path, tools: ToolRegistry, tmp_path: Path, serve_process: Any
 ) -> None:
     """verify_report with judge_provider = an openai provider served by a real `orchestra serve` process."""
     cands = [
@@ -421,7 +381,9 @@ def test_verify_report_runs_the_llm_judge_on_orchestra_serve(
         rewrite_of("v2", seeds[1], "Combine what the attached inputs show: what comes out?"),
     ]
     script = [verdict(True, 0.95, "consistent throughout"), {"content": '{"consistent": "maybe"'}]
-    with serve_process(script, tmp_path) as url:
+    path = tmp_path / "script.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in script))
+    with serve_process(path, name="judge") as (_, url):
         params = llm_params(url, verify={"judge_provider": "llm"})
         report = verify_report(
             seeds, [], cands, small_world, params.verify, tools, providers=params.providers

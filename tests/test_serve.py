@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
 import signal
 import socket
 import subprocess
@@ -13,22 +12,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from conftest import IGNORING
 
 from orchestra.agent.serve import ScriptedResponder, start_server
 
-SERVE = "from orchestra.agent.cli import app; app()"
-# Runs argv[1:] with SIGTERM and SIGINT ignored: that disposition survives exec, as under a Dagster run.
-IGNORING = (
-    "import os, signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "signal.signal(signal.SIGINT, signal.SIG_IGN)\nos.execv(sys.argv[1], sys.argv[1:])"
-)
 MSG = [{"role": "user", "content": "hi"}]
 TOOLS = [
     {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
@@ -54,28 +46,6 @@ SCRIPT: list[dict[str, Any]] = [
 def _write(path: Path, script: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(x) + "\n" for x in script))
     return path
-
-
-@contextmanager
-def serve_process(script: Path, ignoring: bool = False) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`orchestra serve --script` as a process (optionally started with SIGTERM/SIGINT ignored);
-    yields it and its base URL once it says it is serving. Killed if still running at the end."""
-    cmd = [sys.executable, "-c", SERVE, "serve", "--script", str(script), "--port", "0", "--name", "demo"]
-    if ignoring:
-        cmd = [sys.executable, "-c", IGNORING, *cmd]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        ready = select.select([proc.stderr], [], [], 60)[0]
-        line = proc.stderr.readline() if ready else "(nothing within 60 s)"
-        assert line.startswith("serving demo at http://127.0.0.1:"), line
-        yield proc, line.strip().rsplit(" ", 1)[-1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def _exercise_openai_client(url: str) -> None:
@@ -137,7 +107,7 @@ def _exercise_openai_client(url: str) -> None:
 
 
 @pytest.mark.parametrize("where", ["thread", "process"])
-def test_official_openai_client_against_the_server(tmp_path: Path, where: str) -> None:
+def test_official_openai_client_against_the_server(tmp_path: Path, where: str, serve_process: Any) -> None:
     script = _write(tmp_path / "replies.jsonl", SCRIPT)
     if where == "thread":
         with start_server(ScriptedResponder.from_jsonl(script, "demo")) as srv:
@@ -236,7 +206,9 @@ def test_the_ignoring_wrapper_really_hands_down_ignored_signals() -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_serve_exits_0_promptly_on_a_signal_it_inherited_as_ignored(tmp_path: Path, signum: int) -> None:
+def test_serve_exits_0_promptly_on_a_signal_it_inherited_as_ignored(
+    tmp_path: Path, signum: int, serve_process: Any
+) -> None:
     script = _write(tmp_path / "replies.jsonl", [{"content": "one"}])
     with serve_process(script, ignoring=True) as (proc, url):
         idle = http.client.HTTPConnection(url.split("/")[2], timeout=10)  # a kept-alive, idle client

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 from rapidfuzz import fuzz
 
-from orchestra.config import ProviderSpec, ToolParams, VerifyParams, load_params
+from orchestra.config import ProviderSpec, VerifyParams, load_params
 from orchestra.data.expectations import CHECK_COLUMNS, checks_frame, validate_checks
 from orchestra.data.verify import CHECKS, VerifyReport, rederive_many, verify_report
 from orchestra.data.verify_bypass import PageReader, solve_text_only
@@ -24,11 +24,9 @@ from orchestra.schemas import (
     ComputeStep,
     RewriteCandidate,
     Task,
-    read_tasks_json,
 )
 from orchestra.text import format_value
 from orchestra.tools.base import ToolRegistry
-from orchestra.tools.registry import action_tools, page_store
 from orchestra.tools.sandbox import CodeExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,11 +86,6 @@ def pick(seeds: list[Task], test: Callable[[Task], bool], what: str) -> Task:
     found = [s for s in seeds if test(s)]
     assert found, f"the small world has no seed with {what}"
     return found[0]
-
-
-@pytest.fixture(scope="module")
-def seeds(small_world: Path) -> list[Task]:
-    return read_tasks_json(small_world / "tasks.json")
 
 
 @pytest.fixture(scope="module")
@@ -166,13 +159,6 @@ def cases(picked: dict[str, Task]) -> dict[str, RewriteCandidate]:
         answer=format_value(browse.value + 1),
     )
     return c
-
-
-@pytest.fixture(scope="module")
-def tools(small_world: Path) -> Iterator[ToolRegistry]:
-    registry = ToolRegistry(action_tools(page_store(small_world), ToolParams()))
-    yield registry
-    registry.close()
 
 
 @pytest.fixture(scope="module")

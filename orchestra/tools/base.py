@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from types import ModuleType, TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -207,6 +207,49 @@ class Tool(ABC):
 
     def close(self) -> None:  # noqa: B027 - a no-op default that tools holding resources override
         """Release what the tool holds (worker processes, connections); the default holds nothing."""
+
+
+class ToolWrapper(Tool):
+    """A tool standing in for ``inner`` (a cache in front of it, a worker pool behind it): argument
+    checking, ``run``, ``spec`` and ``close`` are the inner tool's. Subclasses override ``__call__``;
+    :func:`stand_in` makes the per-tool-class subclass that carries the inner class's attributes."""
+
+    def __init__(self, inner: Tool) -> None:
+        self.inner = inner
+
+    def run(self, **kwargs: Any) -> Observation:
+        return self.inner.run(**kwargs)
+
+    def check_args(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        return self.inner.check_args(kwargs)
+
+    def spec(self) -> dict[str, Any]:
+        return self.inner.spec()
+
+    def close(self) -> None:
+        """Close the wrapped tool (what the wrapper uses, a cache or a pool, belongs to others)."""
+        self.inner.close()
+
+
+W = TypeVar("W", bound=ToolWrapper)
+
+
+@functools.cache
+def stand_in(wrapper: type[W], cls: type[Tool]) -> type[W]:
+    """A subclass of ``wrapper`` with ``cls``'s name, description, input schema, price, failure kinds and
+    version (made once per pair), so a perception cache and the agent see the tool itself."""
+    attrs = {
+        "__module__": wrapper.__module__,
+        "__qualname__": f"{wrapper.__name__}[{cls.__qualname__}]",
+        "__doc__": cls.__doc__,
+        "name": cls.name,
+        "description": cls.description,
+        "input_schema": cls.input_schema,
+        "cost_per_call": cls.cost_per_call,
+        "failure_kinds": cls.failure_kinds,
+        "version": cls.version,
+    }
+    return type(f"{wrapper.__name__.removesuffix('Tool')}{cls.__name__}", (wrapper,), attrs)
 
 
 class ToolRegistry:

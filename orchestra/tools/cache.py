@@ -18,7 +18,6 @@ bypass the cache: the tool runs and reports them exactly as it does uncached.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import numbers
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from orchestra.errors import OrchestraError, ToolError
-from orchestra.tools.base import Observation, Tool, ToolRegistry
+from orchestra.tools.base import Observation, Tool, ToolRegistry, ToolWrapper, stand_in
 
 if TYPE_CHECKING:
     from orchestra.config import ToolParams
@@ -254,14 +253,14 @@ class PerceptionCache:
         self.close()
 
 
-class CachedTool(Tool):
+class CachedTool(ToolWrapper):
     """A tool whose observations come from a :class:`PerceptionCache` when its media was seen before.
 
     It has the wrapped tool's name, description, input schema, price, failure kinds and version;
     argument checking, ``spec`` and ``close`` are the wrapped tool's. Build one with :meth:`wrap`."""
 
     def __init__(self, inner: Tool, cache: PerceptionCache) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cache = cache
 
     @staticmethod
@@ -272,10 +271,7 @@ class CachedTool(Tool):
             raise ToolError(f"tool {tool.name!r} is served from a perception cache already")
         if MEDIA_ARG not in tool.input_schema.get("properties", {}):
             raise ToolError(f"tool {tool.name!r} takes no {MEDIA_ARG!r} argument, so it cannot be cached")
-        return _cached_class(type(tool))(tool, cache)
-
-    def run(self, **kwargs: Any) -> Observation:
-        return self.inner.run(**kwargs)
+        return stand_in(CachedTool, type(tool))(tool, cache)
 
     def __call__(self, **kwargs: Any) -> Observation:
         try:
@@ -292,33 +288,6 @@ class CachedTool(Tool):
         if not obs.ok or media_sha256(args[MEDIA_ARG]) != key.media:  # a failure, or the file changed
             return obs
         return self.cache.put(key, obs)
-
-    def check_args(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        return self.inner.check_args(kwargs)
-
-    def spec(self) -> dict[str, Any]:
-        return self.inner.spec()
-
-    def close(self) -> None:
-        """Close the wrapped tool (the cache belongs to whoever opened it)."""
-        self.inner.close()
-
-
-@functools.cache
-def _cached_class(cls: type[Tool]) -> type[CachedTool]:
-    """A CachedTool subclass carrying ``cls``'s class attributes (made once per tool class)."""
-    attrs = {
-        "__module__": __name__,
-        "__qualname__": f"CachedTool[{cls.__qualname__}]",
-        "__doc__": cls.__doc__,
-        "name": cls.name,
-        "description": cls.description,
-        "input_schema": cls.input_schema,
-        "cost_per_call": cls.cost_per_call,
-        "failure_kinds": cls.failure_kinds,
-        "version": cls.version,
-    }
-    return type(f"Cached{cls.__name__}", (CachedTool,), attrs)
 
 
 def with_cache(registry: ToolRegistry, cache: PerceptionCache, names: Iterable[str]) -> ToolRegistry:

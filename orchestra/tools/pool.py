@@ -16,7 +16,6 @@ an exception that is not a tool failure (a bug) is re-raised in the caller.
 from __future__ import annotations
 
 import atexit
-import functools
 import multiprocessing
 import os
 import threading
@@ -26,7 +25,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from orchestra.errors import OrchestraError
-from orchestra.tools.base import Observation, Tool
+from orchestra.tools.base import Observation, Tool, ToolWrapper, stand_in
 
 __all__ = ["PooledTool", "usable_cores", "worker_count"]
 
@@ -99,7 +98,7 @@ def _shutdown() -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-class PooledTool(Tool):
+class PooledTool(ToolWrapper):
     """A perception tool whose calls run in the worker pool of ``size`` processes.
 
     It has the wrapped tool's name, description, input schema, price, failure kinds and version, so
@@ -107,7 +106,8 @@ class PooledTool(Tool):
     tool's (a bad argument is reported without a round trip). Build one with :meth:`wrap`."""
 
     def __init__(self, inner: Tool, size: int) -> None:
-        self.inner, self.size = inner, size
+        super().__init__(inner)
+        self.size = size
         cls = type(inner)
         self.spec_name = f"{cls.__module__}:{cls.__qualname__}"
 
@@ -115,10 +115,7 @@ class PooledTool(Tool):
     def wrap(tool: Tool, size: int) -> PooledTool:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {size}")
-        return _pooled_class(type(tool))(tool, size)
-
-    def run(self, **kwargs: Any) -> Observation:
-        return self.inner.run(**kwargs)
+        return stand_in(PooledTool, type(tool))(tool, size)
 
     def __call__(self, **kwargs: Any) -> Observation:
         try:
@@ -134,30 +131,3 @@ class PooledTool(Tool):
             obs = self.inner.failure(f"the perception worker running it died ({e}); the pool is restarted")
         obs.latency_s = time.perf_counter() - start
         return obs
-
-    def check_args(self, kwargs: Any) -> dict[str, Any]:
-        return self.inner.check_args(kwargs)
-
-    def spec(self) -> dict[str, Any]:
-        return self.inner.spec()
-
-    def close(self) -> None:
-        """Close the wrapped tool (the shared pool stays up for other registries; it stops at exit)."""
-        self.inner.close()
-
-
-@functools.cache
-def _pooled_class(cls: type[Tool]) -> type[PooledTool]:
-    """A PooledTool subclass carrying ``cls``'s class attributes (made once per tool class)."""
-    attrs = {
-        "__module__": __name__,
-        "__qualname__": f"PooledTool[{cls.__qualname__}]",
-        "__doc__": cls.__doc__,
-        "name": cls.name,
-        "description": cls.description,
-        "input_schema": cls.input_schema,
-        "cost_per_call": cls.cost_per_call,
-        "failure_kinds": cls.failure_kinds,
-        "version": cls.version,
-    }
-    return type(f"Pooled{cls.__name__}", (PooledTool,), attrs)
