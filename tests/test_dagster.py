@@ -1,6 +1,8 @@
 """The Dagster code location loads and its assets materialize in-process into data/<asset>/."""
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import dagster as dg
@@ -90,3 +92,24 @@ def test_the_data_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Pa
     assert meta["funnel"].value["verified"] == meta["dagster/row_count"].value > 0
     assert Path(meta["ge_data_docs"].value).is_file()
     assert (tmp_path / "data" / "decision_samples" / "samples.jsonl").is_file()
+
+
+def test_the_cli_runs_pooled_perception_steps_one_after_another(tmp_path: Path) -> None:
+    """`dagster asset materialize` as `make pipeline` runs it (multiprocess executor, each step a
+    subprocess): a step whose perception tools ran in worker processes must not stall the next step."""
+    params = _params_file(tmp_path)
+    data = yaml.safe_load(params.read_text())
+    data["seed"]["world"].update(n_seeds=6, n_entities=24)
+    data["tools"]["workers"] = 2
+    params.write_text(yaml.safe_dump(data))
+    (tmp_path / "home").mkdir()
+    env = {**os.environ, "ORCHESTRA_PARAMS": str(params), "DAGSTER_HOME": str(tmp_path / "home")}
+    dagster = str(ROOT / ".venv" / "bin" / "dagster")
+    cmd = [dagster, "asset", "materialize", "-m", "dagster_project.definitions"]
+    cmd += ["--select", "seed_tasks,anchor_facts,rewrite_candidates"]
+    res = subprocess.run(
+        cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=420
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'Finished execution of step "rewrite_candidates"' in res.stderr, res.stderr[-3000:]
+    assert (tmp_path / "data" / "rewrite_candidates" / "candidates.jsonl").is_file()

@@ -2,8 +2,8 @@
 
 The perception tools are CPU-bound Python and numpy: in the caller's threads they take turns on
 the GIL, and two sub-agents reading two videos at once barely overlap. With ``tools.workers`` > 0 a
-registry's perception tools run each call in a process pool of that many workers (the default is
-the cores this process may use; 0 runs them in the calling thread). There is one pool per size
+registry's perception tools run each call in a pool of that many spawned worker processes (the
+default is the cores this process may use; 0 runs them in the calling thread). There is one pool per size
 per process, shared by every registry, started on the first call: perception tools take no
 configuration, so a worker builds each tool from its class once and keeps it.
 
@@ -15,8 +15,8 @@ an exception that is not a tool failure (a bug) is re-raised in the caller.
 
 from __future__ import annotations
 
-import atexit
 import multiprocessing
+import multiprocessing.util
 import os
 import threading
 import time
@@ -49,9 +49,13 @@ _TOOLS: dict[str, Tool] = {}
 
 
 def _init_worker() -> None:
+    import importlib
+
     import cv2
 
     cv2.setNumThreads(1)  # one worker per core: OpenCV's own threads would only contend with the others
+    for module in ("image", "audio", "video"):  # the tools, loaded before the first call waits on them
+        importlib.import_module(f"orchestra.tools.{module}")
 
 
 def _work(spec: str, args: dict[str, Any]) -> Observation:
@@ -73,11 +77,10 @@ def _pool(size: int) -> ProcessPoolExecutor:
     with _LOCK:
         pool = _POOLS.get(size)
         if pool is None:
-            ctx = multiprocessing.get_context("forkserver")
-            # the forkserver imports the tools once and workers fork from it with them loaded; as with any
-            # multiprocessing start method but fork, a worker also imports the caller's main script
-            # (guarded by ``if __name__ == "__main__"``, as every entry point of the project is)
-            ctx.set_forkserver_preload([f"orchestra.tools.{m}" for m in ("image", "audio", "video")])
+            # spawn: fresh interpreters, whatever threads the caller runs (fork is unsafe with threads).
+            # As with any start method but fork, a worker imports the caller's main script (guarded by
+            # ``if __name__ == "__main__"``, as every entry point of the project is).
+            ctx = multiprocessing.get_context("spawn")
             pool = _POOLS[size] = ProcessPoolExecutor(size, mp_context=ctx, initializer=_init_worker)
         return pool
 
@@ -89,13 +92,18 @@ def _drop(size: int, pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-@atexit.register
 def _shutdown() -> None:
     with _LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
     for pool in pools:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+# A multiprocessing finalizer, not an atexit hook: a process that is itself a multiprocessing child (a
+# Dagster step) ends with os._exit after joining its children, without atexit or the executor's own
+# exit hook, and would wait forever on idle workers; finalizers of priority >= 0 run before that join.
+multiprocessing.util.Finalize(None, _shutdown, exitpriority=100)
 
 
 class PooledTool(ToolWrapper):
