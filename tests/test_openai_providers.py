@@ -393,3 +393,46 @@ def test_verify_report_runs_the_llm_judge_on_orchestra_serve(
     assert not judged["v2"].passed and judged["v2"].detail.startswith(
         "judge reply rejected: the reply is not JSON"
     )
+
+
+def test_extractor_and_rewriter_stages_on_orchestra_serve(
+    few: Path, tmp_path: Path, serve_process: Any
+) -> None:
+    """Both stages with their provider served by a real `orchestra serve --script` process: one malformed
+    reply each is set aside with its reason, the others are kept."""
+    tasks = read_tasks_json(few / "tasks.json")
+    (tmp_path / "root").mkdir()
+    root = data_root(few, tmp_path / "root")
+
+    def script(name: str, replies: list[dict[str, Any]]) -> Path:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(x) + "\n" for x in replies))
+        return path
+
+    facts = [{"content": "no facts today"}, *(content(_facts(t)) for t in tasks[1:])]
+    with serve_process(script("extractor", facts), name="extractor") as (_, url):
+        build_anchor_facts(llm_params(url, anchors={"provider": "llm"}), root)
+    rejected = [json.loads(x) for x in (root / "anchor_facts" / "rejected.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rejected] == [str(tasks[0].id)]
+    assert rejected[0]["reason"].startswith("extractor reply rejected: the reply is not JSON")
+    stated = read_jsonl(root / "anchor_facts" / "anchors.jsonl", AnchorFact)
+    assert stated and all(a.stated_by == "llm" and a.text.startswith("LLM: ") for a in stated)
+
+    build_rewrite_candidates(Params(), root)  # the builtin drafts the openai rewriter will be sent
+    drafts = read_jsonl(root / "rewrite_candidates" / "candidates.jsonl", RewriteCandidate)
+    assert len(drafts) >= 2
+    replies = [content({"question": 3})]
+    replies += [content({"question": f"In other words: {d.task.question}"}) for d in drafts[1:]]
+    with serve_process(script("rewriter", replies), name="rewriter") as (_, url):
+        summary = build_rewrite_candidates(llm_params(url, rewrite={"provider": "llm"}), root)
+    kept = read_jsonl(root / "rewrite_candidates" / "candidates.jsonl", RewriteCandidate)
+    assert [c.candidate_id for c in kept] == [d.candidate_id for d in drafts[1:]]
+    assert all(
+        c.task.question.startswith("In other words: ") and c.template.startswith("openai:") for c in kept
+    )
+    (bad,) = [
+        json.loads(x) for x in (root / "rewrite_candidates" / "rejected.jsonl").read_text().splitlines()
+    ]
+    assert bad["candidate_id"] == drafts[0].candidate_id
+    assert bad["reason"].startswith("rewriter reply rejected: the reply does not match the Rephrase schema")
+    assert summary["rejected"] == 1
