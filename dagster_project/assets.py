@@ -1,5 +1,6 @@
 """Thin Dagster assets: read params from the resource, call one orchestra stage, report metadata."""
 
+import importlib
 import time
 
 import dagster as dg
@@ -22,25 +23,6 @@ def _metadata(meta: dict) -> dict[str, dg.MetadataValue]:
     return out
 
 
-@dg.asset(
-    group_name="data",
-    description="Seed tasks in OmniGAIA format (+ media, + the world's pages) under data/seed_tasks/.",
-    kinds={"python", "json"},
-)
-def seed_tasks(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-    p = params.load()
-    root = params.root(p)
-    meta = run_stage("seed_tasks", p, root)
-    context.log.info(f"seed_tasks: {meta['rows']} rows from {meta['source']} -> {root / 'seed_tasks'}")
-    return dg.MaterializeResult(
-        metadata={
-            "path": dg.MetadataValue.path(str(root / "seed_tasks")),
-            "dagster/row_count": dg.MetadataValue.int(meta["rows"]),
-            **_metadata(meta),
-        }
-    )
-
-
 def _materialize(
     context: dg.AssetExecutionContext, params: ParamsResource, name: str, what: str
 ) -> dg.MaterializeResult:
@@ -51,6 +33,8 @@ def _materialize(
     meta = run_stage(name, p, root)
     took = round(time.perf_counter() - t0, 1)
     context.log.info(f"{name}: {meta['rows']} {what} in {took} s -> {root / name}")
+    if meta.get("ge_data_docs"):
+        context.log.info(f"Great Expectations Data Docs: {meta['ge_data_docs']}")
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(root / name)),
@@ -61,78 +45,89 @@ def _materialize(
     )
 
 
-@dg.asset(
-    group_name="data",
-    deps=[seed_tasks],
-    description="Per seed, the facts its answer rests on (perceived, looked up, computed), each recovered by "
-    "the real tools; material (other values its media hold); seeds set aside with reasons.",
-    kinds={"python", "jsonl"},
+def _stage_asset(
+    name: str, what: str, dep: dg.AssetsDefinition | None, description: str, kinds: set[str]
+) -> dg.AssetsDefinition:
+    """The asset of orchestra stage ``name`` (``what``: its rows, for the log), downstream of ``dep``."""
+
+    @dg.asset(name=name, group_name="data", deps=[dep] if dep else None, description=description, kinds=kinds)
+    def stage(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
+        return _materialize(context, params, name, what)
+
+    return stage
+
+
+def _blocking_check(
+    asset: dg.AssetsDefinition, name: str, check: str, description: str
+) -> dg.AssetChecksDefinition:
+    """A blocking check of ``asset``: ``check`` (``module:function`` of the data root, returning (passed,
+    detail)); imported when it runs, so the code location loads without the data libraries."""
+    module, _, function = check.partition(":")
+
+    @dg.asset_check(asset=asset, name=name, blocking=True, description=description)
+    def _check(params: ParamsResource) -> dg.AssetCheckResult:
+        ok, detail = getattr(importlib.import_module(module), function)(params.root(params.load()))
+        return dg.AssetCheckResult(passed=ok, metadata={"detail": dg.MetadataValue.text(detail)})
+
+    return _check
+
+
+seed_tasks = _stage_asset(
+    "seed_tasks",
+    "seed tasks",
+    None,
+    "Seed tasks in OmniGAIA format (+ media, + the world's pages) under data/seed_tasks/.",
+    {"python", "json"},
 )
-def anchor_facts(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-    return _materialize(context, params, "anchor_facts", "anchor facts")
-
-
-@dg.asset(
-    group_name="data",
-    deps=[anchor_facts],
-    description="Rewrite candidates: five strategies x three levels over each seed's anchors and material, "
-    "each with its own replayable solution program.",
-    kinds={"python", "jsonl"},
+anchor_facts = _stage_asset(
+    "anchor_facts",
+    "anchor facts",
+    seed_tasks,
+    "Per seed, the facts its answer rests on (perceived, looked up, computed), each recovered by the real "
+    "tools; material (other values its media hold); seeds set aside with reasons.",
+    {"python", "jsonl"},
 )
-def rewrite_candidates(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-    return _materialize(context, params, "rewrite_candidates", "candidates")
-
-
-@dg.asset(
-    group_name="data",
-    deps=[rewrite_candidates],
-    description="Candidates that pass the five checks (anchor coverage, lexical similarity, modality bypass, "
-    "numeric re-derivation, judge), validated by a Great Expectations suite; rejects with reasons; the "
-    "split by seed; the test split as the embedded benchmark (OmniGAIA format + media).",
-    kinds={"python", "jsonl", "great_expectations"},
+rewrite_candidates = _stage_asset(
+    "rewrite_candidates",
+    "candidates",
+    anchor_facts,
+    "Rewrite candidates: five strategies x three levels over each seed's anchors and material, each with "
+    "its own replayable solution program.",
+    {"python", "jsonl"},
 )
-def verified_samples(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-    result = _materialize(context, params, "verified_samples", "verified samples")
-    docs = result.metadata["ge_data_docs"] if result.metadata else None
-    if docs is not None:
-        context.log.info(f"Great Expectations Data Docs: {docs.value}")
-    return result
-
-
-@dg.asset_check(asset=verified_samples, blocking=True, description="Only fully verified, seed-split data.")
-def verified_samples_are_clean(params: ParamsResource) -> dg.AssetCheckResult:
-    from orchestra.data.verified import check_verified
-
-    ok, detail = check_verified(params.root(params.load()))
-    return dg.AssetCheckResult(passed=ok, metadata={"detail": dg.MetadataValue.text(detail)})
-
-
-@dg.asset(
-    group_name="data",
-    deps=[verified_samples],
-    description="The expert's successful runs of the orchestra system on the train and val samples.",
-    kinds={"python", "jsonl"},
+verified_samples = _stage_asset(
+    "verified_samples",
+    "verified samples",
+    rewrite_candidates,
+    "Candidates that pass the five checks (anchor coverage, lexical similarity, modality bypass, numeric "
+    "re-derivation, judge), validated by a Great Expectations suite; rejects with reasons; the split by "
+    "seed; the test split as the embedded benchmark (OmniGAIA format + media).",
+    {"python", "jsonl", "great_expectations"},
 )
-def expert_trajectories(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-    return _materialize(context, params, "expert_trajectories", "trajectories")
-
-
-@dg.asset(
-    group_name="data",
-    deps=[expert_trajectories],
-    description="Decision-level samples: the state before each expert decision, its compact rendering and "
-    "the decision; on train also off-path states and re-renderings labelled by the stateless expert.",
-    kinds={"python", "jsonl"},
+verified_samples_are_clean = _blocking_check(
+    verified_samples,
+    "verified_samples_are_clean",
+    "orchestra.data.verified:check_verified",
+    "Only fully verified, seed-split data.",
 )
-def decision_samples(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-    return _materialize(context, params, "decision_samples", "decision samples")
-
-
-@dg.asset_check(
-    asset=decision_samples, blocking=True, description="Every label parses and is valid in its state."
+expert_trajectories = _stage_asset(
+    "expert_trajectories",
+    "trajectories",
+    verified_samples,
+    "The expert's successful runs of the orchestra system on the train and val samples.",
+    {"python", "jsonl"},
 )
-def decision_samples_are_valid(params: ParamsResource) -> dg.AssetCheckResult:
-    from orchestra.data.trajectories import check_decision_samples
-
-    ok, detail = check_decision_samples(params.root(params.load()))
-    return dg.AssetCheckResult(passed=ok, metadata={"detail": dg.MetadataValue.text(detail)})
+decision_samples = _stage_asset(
+    "decision_samples",
+    "decision samples",
+    expert_trajectories,
+    "Decision-level samples: the state before each expert decision, its compact rendering and the "
+    "decision; on train also off-path states and re-renderings labelled by the stateless expert.",
+    {"python", "jsonl"},
+)
+decision_samples_are_valid = _blocking_check(
+    decision_samples,
+    "decision_samples_are_valid",
+    "orchestra.data.trajectories:check_decision_samples",
+    "Every label parses and is valid in its state.",
+)
