@@ -31,7 +31,7 @@ __all__ = [
     "validate_decision",
 ]
 
-Format = Literal["json", "maestro"]
+Format = Literal["json", "maestro", "lines"]
 
 
 class ErrorKind(StrEnum):
@@ -187,6 +187,15 @@ def _normalise(d: Delegate) -> Delegate | ParseError:
     return Delegate(subtasks=out)
 
 
+def _parse_lines(text: str) -> Action | ParseError:
+    from orchestra.agent.lines import parse_lines
+
+    out = parse_lines(text)
+    if isinstance(out, tuple):
+        return _err(ErrorKind(out[0]), out[1])
+    return _normalise(out) if isinstance(out, Delegate) else out
+
+
 def _parse_maestro(text: str) -> Action | ParseError:
     m = _TAG.search(text)
     if not m:
@@ -317,8 +326,10 @@ def parse_decision(
         action = _parse_json(text)
     elif fmt == "maestro":
         action = _parse_maestro(text)
+    elif fmt == "lines":
+        action = _parse_lines(text)
     else:
-        raise ValueError(f"unknown decision format {fmt!r}; valid: json, maestro")
+        raise ValueError(f"unknown decision format {fmt!r}; valid: json, maestro, lines")
     if isinstance(action, ParseError) or context is None:
         return action
     return validate_decision(action, context) or action
@@ -363,15 +374,19 @@ def render_decision(action: Action, fmt: Format = "json") -> str:
             st = action.subtasks[0]
             action = MaestroSearch(model=st.backend or "", skill=st.skill or "", query=st.goal)
         return f"<search> {action.model}@@{action.skill}: {action.query} </search>"
-    if fmt != "json":
-        raise ValueError(f"unknown decision format {fmt!r}; valid: json, maestro")
+    if fmt == "lines" and isinstance(action, Delegate | Finish):
+        from orchestra.agent.lines import render_lines
+
+        return render_lines(action)
+    if fmt not in ("json", "lines"):
+        raise ValueError(f"unknown decision format {fmt!r}; valid: json, maestro, lines")
     if isinstance(action, Finish):
         obj: dict[str, Any] = {"kind": "finish", "answer": action.answer}
     elif isinstance(action, Delegate):
         obj = {"kind": "delegate", "subtasks": [_subtask_json(st) for st in action.subtasks]}
     else:
         raise DecisionError(
-            _err(ErrorKind.BAD_FORMAT, "a Maestro search has no JSON form; use search_to_delegate")
+            _err(ErrorKind.BAD_FORMAT, f"a Maestro search has no {fmt} form; use search_to_delegate")
         )
     return json.dumps(obj, ensure_ascii=False)
 

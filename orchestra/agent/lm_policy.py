@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from orchestra.agent.decision import Action, DecisionError, ErrorKind, Format, ParseError, parse_decision
-from orchestra.agent.policies import Policy, PolicyReply
-from orchestra.agent.state import OrchestraState, Style, validation_context
+from orchestra.agent.policies import Policy, PolicyError, PolicyReply
+from orchestra.agent.state import STYLES, OrchestraState, Style, validation_context
 from orchestra.backends.chat import ChatClient, LMError, client_for
 from orchestra.config import AgentParams, ProviderSpec
 
-__all__ = ["LMPolicy", "lm_policy"]
+__all__ = ["VIEW_FILE", "LMPolicy", "lm_policy", "saved_view"]
+
+#: Beside a trained policy's weights: how it reads states and writes decisions ({"style", "fmt"}).
+VIEW_FILE = "orchestra_policy.json"
 
 
 class LMPolicy(Policy):
@@ -86,8 +91,32 @@ class LMPolicy(Policy):
         )
 
 
+def saved_view(model_dir: str | Path) -> tuple[Style, Format] | None:
+    """``(style, format)`` saved with a policy trained here (:data:`VIEW_FILE`); None for any other
+    model directory."""
+    f = Path(model_dir) / VIEW_FILE
+    if not f.is_file():
+        return None
+    try:
+        view = json.loads(f.read_text(encoding="utf-8"))
+        style, fmt = view["style"], view["fmt"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise PolicyError(f"{f}: not a policy view ({e})") from e
+    if style not in STYLES or fmt not in ("json", "lines", "maestro"):
+        raise PolicyError(f"{f}: unknown style {style!r} or format {fmt!r}")
+    return style, fmt
+
+
 def lm_policy(spec: ProviderSpec, agent: AgentParams, *, fmt: Format = "json", name: str = "lm") -> LMPolicy:
     """The LM policy of a provider: its chat client capped at ``agent.decision_tokens`` (unless the
-    provider sets ``max_new_tokens``), rendered in the provider's ``state_style``."""
+    provider sets ``max_new_tokens``), rendered in the provider's ``state_style`` and writing
+    ``fmt`` — or, for JSON, the provider's ``decision_format``. A ``transformers`` directory trained
+    here reads and writes as it was trained (its saved view), whatever the provider says."""
     client = client_for(spec, agent.decision_tokens)
-    return LMPolicy(client, fmt=fmt, style=spec.state_style, name=name, agent=agent)
+    style: Style = spec.state_style
+    if fmt == "json":
+        fmt = spec.decision_format
+    view = saved_view(spec.model or "") if spec.kind == "transformers" else None
+    if view is not None and fmt != "maestro":
+        style, fmt = view
+    return LMPolicy(client, fmt=fmt, style=style, name=name, agent=agent)

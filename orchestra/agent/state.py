@@ -27,6 +27,7 @@ __all__ = [
     "ToolCard",
     "history_from_evidence",
     "compact_system",
+    "minimal_system",
     "render_evidence_compact",
     "render_state",
     "system_prompt",
@@ -34,8 +35,8 @@ __all__ = [
 ]
 
 
-Style = Literal["verbose", "compact"]
-STYLES: tuple[Style, ...] = ("verbose", "compact")
+Style = Literal["verbose", "compact", "minimal"]
+STYLES: tuple[Style, ...] = ("verbose", "compact", "minimal")
 
 
 class ContextBudgetError(OrchestraError):
@@ -185,12 +186,22 @@ def system_prompt(
 def compact_system(backends: Sequence[BackendCard], tools: Sequence[ToolCard], fmt: Format = "json") -> str:
     """The compact system message for a small trained policy: names and numbers, no prose. One line
     per backend (skills by level, price per call, seconds), then the tool names (JSON format only)."""
-    lines = ["json" if fmt == "json" else "maestro"]
+    lines = [fmt]
     for b in sorted(backends, key=lambda b: b.name):
         skills = " ".join(f"{k} {v:g}" for k, v in sorted(b.skills.items(), key=lambda kv: (-kv[1], kv[0])))
         lines.append(f"{b.name}: {skills} ${b.price_per_call:g} {b.latency_s:g}s")
-    if fmt == "json" and tools:
+    if fmt != "maestro" and tools:
         lines.append("tools: " + " ".join(sorted(t.name for t in tools)))
+    return "\n".join(lines)
+
+
+def minimal_system(backends: Sequence[BackendCard], tools: Sequence[ToolCard], fmt: Format = "lines") -> str:
+    """The system message of a policy trained on one pool: the format, each backend with its skill
+    names (no levels, prices or times: the policy learnt them), the tool names. Every token here is
+    paid on every sample, so only what tells one pool from another stays."""
+    lines = [fmt, *(f"{b.name} {','.join(sorted(b.skills))}" for b in sorted(backends, key=lambda b: b.name))]
+    if fmt != "maestro" and tools:
+        lines.append(" ".join(sorted(t.name for t in tools)))
     return "\n".join(lines)
 
 
@@ -257,6 +268,12 @@ _STYLES: dict[Style, _Style] = {
         history=lambda hs: [f"x {_short(h.note, 100)}" for h in hs if h.status == "invalid"],
     ),
 }
+_STYLES["minimal"] = _Style(
+    system=lambda b, t, fmt, _describe: minimal_system(b, t, fmt),
+    user=_compact_user,
+    evidence=render_evidence_compact,
+    history=_STYLES["compact"].history,
+)
 
 
 def _newest_fitting(costs: Sequence[int], room: int) -> int:
@@ -281,7 +298,8 @@ def render_state(
     """``[system, user]`` messages for ``state`` within ``budget_tokens`` (by ``counter``); deterministic.
 
     ``style``: ``verbose`` (role, rules, descriptions and the goal grammar: for LLM policies) or
-    ``compact`` (names and numbers only: for a small trained policy). The fixed part (system
+    ``compact`` (names and numbers only: for a small trained policy) or ``minimal`` (compact with
+    the pool reduced to names: for a policy trained on that pool). The fixed part (system
     prompt, question, modal inputs) is measured first; if it alone exceeds the budget, backend/tool
     descriptions are dropped, and if that is still too long :class:`ContextBudgetError` is raised.
     The rest of the budget goes to the context and history: the newest history entries that fit in

@@ -125,7 +125,7 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
     """
     if system not in SYSTEMS:
         raise OrchestraError(f"unknown system {system!r}; valid: {', '.join(SYSTEMS)}")
-    if policy.fmt != system_format(system):
+    if (policy.fmt == "maestro") != (system_format(system) == "maestro"):  # json and lines: one action set
         raise OrchestraError(
             f"system {system!r} reads {system_format(system)} decisions; "
             f"policy {policy.name!r} writes {policy.fmt}"

@@ -127,8 +127,6 @@ class Params(_Section):
         for name, spec in self.agent.backends.items():
             if spec.provider is not None:
                 refs[f"agent.backends.{name}.provider"] = spec.provider
-        if self.train.policy.provider != "tiny":
-            refs["train.policy.provider"] = self.train.policy.provider
         if self.agent.decision_tokens >= self.train.policy.max_length:
             raise ValueError(
                 f"agent.decision_tokens ({self.agent.decision_tokens}) leaves the trained policy no room for "

@@ -29,8 +29,12 @@ class ProviderSpec(_Section):
         le=131072,
         description="completion cap per call; null = agent.decision_tokens for a policy, 512 for a sub-agent",
     )
-    state_style: Literal["verbose", "compact"] = Field(
-        "verbose", description="how a policy on this provider reads states: verbose (LLM) | compact (trained)"
+    decision_format: Literal["json", "lines"] = Field(
+        "json", description="what a policy on this provider writes in the orchestra system"
+    )
+    state_style: Literal["verbose", "compact", "minimal"] = Field(
+        "verbose",
+        description="how a policy reads states: verbose (LLM) | compact | minimal (a trained policy)",
     )
 
     @model_validator(mode="after")
@@ -219,10 +223,12 @@ class DecisionParams(_Section):
 
 
 class PolicyInit(_Section):
-    provider: str = Field(
-        "tiny", description="'tiny' = a small policy built from scratch, or a key of `providers`"
+    base_model: str | None = Field(
+        None, description="a local Hugging Face causal-LM directory to start from; null = a new Qwen3"
     )
+    vocab_size: int = Field(4000, ge=300, le=262144, description="BPE vocabulary of a from-scratch policy")
     hidden_size: int = Field(128, ge=16, le=8192)
+    intermediate_size: int | None = Field(None, ge=16, le=65536, description="MLP width; null = 3 x hidden")
     layers: int = Field(2, ge=1, le=64)
     heads: int = Field(4, ge=1, le=64)
     max_length: int = Field(1024, ge=64, le=131072)
@@ -232,20 +238,28 @@ class SFTParams(_Section):
     epochs: float = Field(1.0, gt=0, le=100)
     learning_rate: float = Field(5e-4, gt=0, le=1)
     batch_size: int = Field(8, ge=1, le=1024)
-    max_steps: int = Field(-1, ge=-1)
+    max_steps: int = Field(-1, ge=-1, description="-1: as many as the epochs take")
+    warmup_steps: int = Field(20, ge=0)
+    save_steps: int = Field(50, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
 
 
 class GRPOParams(_Section):
     learning_rate: float = Field(1e-5, gt=0, le=1)
-    num_generations: int = Field(4, ge=2, le=64)
+    num_generations: int = Field(4, ge=2, le=64, description="group size: decisions sampled per prompt")
     steps_per_generation: int = Field(1, ge=1, le=64)
     per_device_batch_size: int = Field(4, ge=1, le=1024)
-    beta: float = Field(0.04, ge=0, le=10, description="KL weight to the reference policy (TRL default is 0)")
+    beta: float = Field(0.04, gt=0, le=10, description="KL weight to the reference (the SFT policy)")
     epsilon: float = Field(0.2, gt=0, le=1, description="PPO-style clip range")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
     max_steps: int = Field(50, ge=1)
     max_completion_length: int = Field(256, ge=8, le=32768)
     temperature: float = Field(1.0, gt=0, le=5)
+    save_steps: int = Field(10, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
+    format_weight: float = Field(0.5, ge=0, description="outcome GRPO: weight of the format reward")
+    use_vllm: bool = Field(False, description="generate with vLLM (GPU, the `gpu` extra)")
+    vllm_mode: Literal["server", "colocate"] = Field(
+        "colocate", description="server: a `trl vllm-serve` process; colocate: in the trainer's GPUs"
+    )
 
     @model_validator(mode="after")
     def _divides(self) -> GRPOParams:
@@ -253,6 +267,8 @@ class GRPOParams(_Section):
             raise ValueError(
                 "per_device_batch_size * steps_per_generation must be a multiple of num_generations"
             )
+        if self.save_steps % self.steps_per_generation:
+            raise ValueError("save_steps must be a multiple of steps_per_generation (an exact resume point)")
         return self
 
 
