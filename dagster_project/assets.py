@@ -1,12 +1,14 @@
 """Thin Dagster assets: read params from the resource, call one orchestra stage, report metadata."""
 
 import importlib
+import os
 import time
 
 import dagster as dg
 
 from dagster_project.resources import ParamsResource
 from orchestra.stages import run_stage
+from orchestra.training.tracking import PIPELINE_ENV
 
 
 def _metadata(meta: dict) -> dict[str, dg.MetadataValue]:
@@ -46,12 +48,19 @@ def _materialize(
 
 
 def _stage_asset(
-    name: str, what: str, dep: dg.AssetsDefinition | None, description: str, kinds: set[str]
+    name: str,
+    what: str,
+    dep: dg.AssetsDefinition | list[dg.AssetsDefinition] | None,
+    description: str,
+    kinds: set[str],
+    group: str = "data",
 ) -> dg.AssetsDefinition:
     """The asset of orchestra stage ``name`` (``what``: its rows, for the log), downstream of ``dep``."""
+    deps = dep if isinstance(dep, list) else [dep] if dep else None
 
-    @dg.asset(name=name, group_name="data", deps=[dep] if dep else None, description=description, kinds=kinds)
+    @dg.asset(name=name, group_name=group, deps=deps, description=description, kinds=kinds)
     def stage(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
+        os.environ[PIPELINE_ENV] = context.run_id  # the training runs of one Dagster run nest in MLflow
         return _materialize(context, params, name, what)
 
     return stage
@@ -130,4 +139,31 @@ decision_samples_are_valid = _blocking_check(
     "decision_samples_are_valid",
     "orchestra.data.trajectories:check_decision_samples",
     "Every label parses and is valid in its state.",
+)
+policy_sft = _stage_asset(
+    "policy_sft",
+    "training samples",
+    decision_samples,
+    "The SFT policy: a Qwen3 trained from scratch (TRL SFTTrainer) on the decision samples; exact, "
+    "structural, parse and validity rates on the val split; the MLflow run.",
+    {"pytorch", "mlflow"},
+    group="training",
+)
+policy_dagrpo = _stage_asset(
+    "policy_dagrpo",
+    "decision prompts",
+    policy_sft,
+    "DA-GRPO from the SFT policy: groups of decisions per state scored by the rubric reward against "
+    "the expert's decision; no sub-agent runs.",
+    {"pytorch", "mlflow"},
+    group="training",
+)
+policy_grpo = _stage_asset(
+    "policy_grpo",
+    "rollout prompts",
+    [policy_sft, verified_samples],
+    "Outcome GRPO (Maestro's recipe) from the SFT policy: full orchestrator rollouts with real tools on "
+    "the train tasks, reward = answer correctness + format.",
+    {"pytorch", "mlflow"},
+    group="training",
 )

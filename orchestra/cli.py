@@ -68,6 +68,26 @@ def stage(
     typer.echo(json.dumps(meta, indent=2, ensure_ascii=False))
 
 
+@app.command("train")
+def train(
+    recipe: str = typer.Option(
+        ..., "--recipe", "-r", help="sft | grpo (outcome, Maestro) | dagrpo (Orchestra-o1)"
+    ),
+    params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
+) -> None:
+    """Train the policy with one recipe (grpo and dagrpo start from policy_sft); resumes a killed run
+    from its last checkpoint. Prints the summary: steps, validation metrics, MLflow run id."""
+    from orchestra.config import data_root, load_params
+    from orchestra.training.run import train_recipe
+
+    try:
+        params = load_params(params_file)
+        result = train_recipe(recipe, params, data_root(params_file, params))
+    except OrchestraError as e:
+        raise fail(e) from e
+    typer.echo(json.dumps(result.summary(), indent=2))
+
+
 def main() -> None:
     app()
 

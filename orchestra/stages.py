@@ -48,6 +48,15 @@ def _decision_samples(params: Params, root: Path) -> dict[str, Any]:
     return build_decision_samples(params, root)
 
 
+def _policy(recipe: str) -> StageFn:
+    def train(params: Params, root: Path) -> dict[str, Any]:
+        from orchestra.training.run import train_recipe
+
+        return train_recipe(recipe, params, root).summary()
+
+    return train
+
+
 STAGES: dict[str, StageFn] = {
     "seed_tasks": _seed_tasks,
     "anchor_facts": _anchor_facts,
@@ -55,6 +64,9 @@ STAGES: dict[str, StageFn] = {
     "verified_samples": _verified_samples,
     "expert_trajectories": _expert_trajectories,
     "decision_samples": _decision_samples,
+    "policy_sft": _policy("sft"),
+    "policy_dagrpo": _policy("dagrpo"),
+    "policy_grpo": _policy("grpo"),
 }
 
 

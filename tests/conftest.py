@@ -26,6 +26,18 @@ if TYPE_CHECKING:
 
 SMALL_WORLD = WorldParams(n_seeds=24, n_entities=60)
 
+#: The smallest policy that still trains: seconds per recipe on 2 cores (the `tiny_train` fixture).
+TINY_TRAIN = {
+    "seed": 17,
+    "policy": {"vocab_size": 400, "hidden_size": 32, "layers": 1, "heads": 2, "max_length": 768},
+    "sft": {"epochs": 1, "max_steps": 60, "batch_size": 8, "learning_rate": 5e-3, "save_steps": 20,
+            "warmup_steps": 0},
+    "dagrpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 2, "max_completion_length": 48,
+               "save_steps": 1, "learning_rate": 1e-3},
+    "grpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 2, "max_completion_length": 48,
+             "save_steps": 1, "learning_rate": 1e-3},
+}  # fmt: skip
+
 
 @pytest.fixture(scope="session")
 def small_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -136,3 +148,39 @@ def tools(small_world: Path) -> Iterator[ToolRegistry]:
     registry = ToolRegistry(action_tools(page_store(small_world), ToolParams()))
     yield registry
     registry.close()
+
+
+@pytest.fixture(scope="session")
+def built(small_world: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A data root built by the data stages (seed_tasks: a copy of the small world with one image
+    truncated) up to decision_samples, once per session; returns it and the broken seed's id."""
+    import shutil
+
+    from orchestra.config import Params
+    from orchestra.data.anchors import build_anchor_facts
+    from orchestra.data.rewrite import build_rewrite_candidates
+    from orchestra.data.trajectories import build_decision_samples, build_expert_trajectories
+    from orchestra.data.verified import build_verified_samples
+
+    root = tmp_path_factory.mktemp("synthesis")
+    shutil.copytree(small_world, root / "seed_tasks")
+    tasks = read_tasks_json(root / "seed_tasks" / "tasks.json")
+    broken = next(t for t in tasks if any(m.type == "image" for m in t.omni_modal_input))
+    image = next(m for m in broken.omni_modal_input if m.type == "image")
+    path = root / "seed_tasks" / "media" / image.path
+    path.write_bytes(path.read_bytes()[:200])
+    params = Params()
+    build_anchor_facts(params, root)
+    build_rewrite_candidates(params, root)
+    build_verified_samples(params, root)
+    build_expert_trajectories(params, root)
+    build_decision_samples(params, root)
+    return root, str(broken.id)
+
+
+@pytest.fixture()
+def tiny_train() -> dict[str, Any]:
+    """``train`` params of the smallest policy that still trains (seconds per recipe); a fresh copy."""
+    import copy
+
+    return copy.deepcopy(TINY_TRAIN)

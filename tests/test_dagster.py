@@ -74,12 +74,14 @@ def test_seed_tasks_materializes_the_world_by_default(tmp_path: Path) -> None:
     assert meta["media_files"].value >= 8
 
 
-def test_the_data_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path) -> None:
+def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, tiny_train: dict) -> None:
+    """Every asset, data and training (the smallest policy), in one in-process run."""
     from dagster_project.definitions import defs as location
 
     params = _params_file(tmp_path)
     data = yaml.safe_load(params.read_text())
     data["seed"]["world"].update(n_seeds=10, n_entities=30)
+    data["train"] = tiny_train
     params.write_text(yaml.safe_dump(data))
     result = dg.materialize(
         [*(location.assets or []), *(location.asset_checks or [])],  # type: ignore[list-item]
@@ -92,6 +94,11 @@ def test_the_data_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Pa
     assert meta["funnel"].value["verified"] == meta["dagster/row_count"].value > 0
     assert Path(meta["ge_data_docs"].value).is_file()
     assert (tmp_path / "data" / "decision_samples" / "samples.jsonl").is_file()
+    for name in ("policy_sft", "policy_dagrpo", "policy_grpo"):
+        meta = result.asset_materializations_for_node(name)[0].metadata
+        assert (Path(meta["model_dir"].value) / "model.safetensors").is_file()
+        assert meta["mlflow_run_id"].value and 0 <= meta["metrics"].value["val_valid"] <= 1
+    assert (tmp_path / "mlflow.db").is_file()  # the project's store, beside the params file
 
 
 def test_the_cli_runs_pooled_perception_steps_one_after_another(tmp_path: Path) -> None:

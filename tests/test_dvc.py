@@ -13,7 +13,7 @@ DVC = ROOT / ".venv-dvc" / "bin" / "dvc"
 
 
 @pytest.fixture()
-def project_copy(tmp_path: Path) -> Path:
+def project_copy(tmp_path: Path, tiny_train: dict) -> Path:
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
@@ -27,6 +27,7 @@ def project_copy(tmp_path: Path) -> Path:
     params = yaml.safe_load((dst / "params.yaml").read_text())
     params["seed"]["limit"] = 12
     params["seed"]["world"].update(n_seeds=12, n_entities=40)
+    params["train"] = tiny_train
     (dst / "params.yaml").write_text(yaml.safe_dump(params))
     return dst
 
@@ -47,6 +48,7 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
     assert (project_copy / "data" / "seed_tasks" / "tasks.json").is_file()
     assert "Running stage 'rewrite_candidates'" in first
     assert (project_copy / "data" / "rewrite_candidates" / "candidates.jsonl").is_file()
+    assert (project_copy / "data" / "policy_dagrpo" / "model" / "model.safetensors").is_file()
     second = dvc("repro")
     assert "up to date" in second, second
     assert "Running stage" not in second

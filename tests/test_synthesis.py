@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-
-import pytest
 
 from orchestra.config import Params
 from orchestra.data.anchors import build_anchor_facts
@@ -31,25 +28,6 @@ from orchestra.schemas import (
 )
 from orchestra.world.perception import perceive
 from orchestra.world.replay import load_truth, replay
-
-
-@pytest.fixture(scope="module")
-def built(small_world: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A data root whose seed_tasks is a copy of the small world with one image truncated."""
-    root = tmp_path_factory.mktemp("synthesis")
-    shutil.copytree(small_world, root / "seed_tasks")
-    tasks = read_tasks_json(root / "seed_tasks" / "tasks.json")
-    broken = next(t for t in tasks if any(m.type == "image" for m in t.omni_modal_input))
-    image = next(m for m in broken.omni_modal_input if m.type == "image")
-    path = root / "seed_tasks" / "media" / image.path
-    path.write_bytes(path.read_bytes()[:200])
-    params = Params()
-    build_anchor_facts(params, root)
-    build_rewrite_candidates(params, root)
-    build_verified_samples(params, root)
-    build_expert_trajectories(params, root)
-    build_decision_samples(params, root)
-    return root, str(broken.id)
 
 
 def test_anchors_are_the_program_steps_the_tools_recover(built: tuple[Path, str]) -> None:

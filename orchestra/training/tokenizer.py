@@ -23,18 +23,23 @@ class TokenizerError(OrchestraError):
     """A tokenizer cannot be trained (no text) or loaded."""
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1400, min_frequency: int = 2):  # type: ignore[no-untyped-def]
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 4000, min_frequency: int = 2):  # type: ignore[no-untyped-def]
     """A ``PreTrainedTokenizerFast``: byte-level BPE of ``vocab_size`` trained on ``texts`` (same
     texts in the same order -> the same merges), the special tokens above and :data:`CHAT_TEMPLATE`.
     Byte-level, so any text encodes (no unknown token)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     corpus = [t for t in texts if t]
     if not corpus:
         raise TokenizerError("no text to train a tokenizer on")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(  # words split at whitespace only: names stay whole
+        [
+            pre_tokenizers.Split(Regex(r" ?[^\s]+|\s+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

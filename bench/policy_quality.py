@@ -1,0 +1,130 @@
+"""Policy quality: decisions on the val split and answers on the test split, for every trained policy.
+
+Usage: python bench/policy_quality.py [--data data] [--params params.yaml] [--limit N] [--tasks N]
+
+On the val split's decision samples (greedy decoding, the policy's own view of the state): exact
+decisions (canonical equality after id renumbering), structural match, parse and validity rates,
+exact match on states whose target never occurs in training, and the mean rubric reward (builtin
+rubric, weights from params) — for the untrained policy (the SFT recipe's initialisation),
+SFT, outcome GRPO and DA-GRPO (each row only where ``data/policy_<recipe>/model`` exists).
+
+End to end on the embedded benchmark (the test split of verified_samples, ``--tasks`` of them):
+the orchestra system with real tools and builtin sub-agents, driven by each trained policy and by
+the oracle; accuracy = answer equals the label. Prints one row per policy and a final RESULT line
+with the SFT policy's share of the oracle's accuracy (target >= 0.8); exits 1 below it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+from orchestra.config import data_root, load_params
+from orchestra.training.common import evaluate_policy, file_digest
+from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.grpo import mean_rubric
+from orchestra.training.rewards import answers_equal, rubric
+
+RECIPES = ("sft", "grpo", "dagrpo")
+
+
+def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from orchestra.agent.state import OrchestraState
+    from orchestra.training.policy import build_policy, load_policy
+
+    samples = load_samples(root / "decision_samples" / "samples.jsonl")
+    train = [s for s in samples if s.split == "train"]
+    val = [s for s in samples if s.split == "val"][:limit]
+    view = PolicyView()
+    seen = {view.target(s.decision) for s in train}
+    texts = []
+    for s in train:
+        texts += [m["content"] for m in view.messages(OrchestraState.model_validate(s.state), params.agent)]
+        texts.append(view.target(s.decision))
+    models = {"untrained": build_policy(params.train.policy, texts, params.train.seed)}
+    for recipe in RECIPES:
+        path = root / f"policy_{recipe}" / "model"
+        if (path / "config.json").is_file():
+            model, tok, view = load_policy(path)
+            models[recipe] = (model, tok)
+    out: dict[str, object] = {}
+    for name, (model, tok) in models.items():
+        score, rows = evaluate_policy(model, tok, val, view, params.agent, seen)
+        reward = mean_rubric([r["output"] for r in rows], val, rubric, params, view.fmt)
+        out[name] = {**score.as_metrics(), "rubric_reward": reward["val_rubric_reward"]}
+        print(
+            f"{name:10s} exact {score.exact:.3f}  structural {score.structural:.3f}  "
+            f"parse {score.parse:.3f}  "
+            f"valid {score.valid:.3f}  unseen exact {score.exact_unseen:.3f} ({score.n_unseen})  "
+            f"rubric {reward['val_rubric_reward']:.3f}  n={score.n}",
+            flush=True,
+        )
+    return out
+
+
+def end_to_end(params, root: Path, n_tasks: int | None) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    from orchestra.agent.lm_policy import lm_policy
+    from orchestra.agent.policies import OraclePolicy
+    from orchestra.agent.systems import Environment, builtin_backends, run_task_sync
+    from orchestra.config import ProviderSpec
+    from orchestra.data.trajectories import load_verified
+    from orchestra.tools.cache import open_perception_cache
+    from orchestra.tools.registry import default_registry
+
+    tasks = [s.task for s in load_verified(root) if s.split == "test"][:n_tasks]
+    seeds_dir = root / "seed_tasks"
+    cache = open_perception_cache(root, params.tools)
+    acc: dict[str, float] = {}
+    with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
+        env = Environment(
+            tools=tools,
+            backends=builtin_backends(params.agent),
+            agent=params.agent,
+            media_root=seeds_dir / "media",
+        )
+        policies = {"oracle": None}
+        policies.update(
+            {r: root / f"policy_{r}" / "model" for r in RECIPES if (root / f"policy_{r}" / "model").is_dir()}
+        )
+        for name, path in policies.items():
+            right = 0
+            trained = None
+            if path is not None:  # loaded once; its view (style, format) comes from the directory
+                trained = lm_policy(
+                    ProviderSpec(kind="transformers", model=str(path)), params.agent, name=name
+                )
+            for task in tasks:
+                policy = trained or OraclePolicy(task, params.agent)
+                traj = run_task_sync(task, "orchestra", policy, env)
+                right += traj.answer is not None and answers_equal(str(traj.answer), task.answer)
+            acc[name] = right / max(1, len(tasks))
+            print(
+                f"end to end {name:8s} accuracy {acc[name]:.3f} ({right}/{len(tasks)} test tasks)", flush=True
+            )
+    return acc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=None, help="data folder (default: the params' data_dir)")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--limit", type=int, default=None, help="first N val decision samples")
+    ap.add_argument("--tasks", type=int, default=None, help="first N test tasks end to end")
+    args = ap.parse_args()
+    params = load_params(args.params)
+    root = args.data or data_root(args.params, params)
+    print(f"decision_samples sha256 {file_digest(root / 'decision_samples' / 'samples.jsonl')[:16]}")
+    decision_rows(params, root, args.limit)
+    acc = end_to_end(params, root, args.tasks)
+    if "sft" not in acc:
+        print("RESULT sft_over_oracle=nan (no data/policy_sft/model: run make pipeline)")
+        return 1
+    share = acc["sft"] / acc["oracle"] if acc["oracle"] else 0.0
+    print(f"RESULT sft_over_oracle={share:.3f} (target >= 0.8)")
+    return 0 if share >= 0.8 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

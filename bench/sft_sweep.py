@@ -1,0 +1,109 @@
+"""SFT sweep: model size x steps x data volume on this machine, scored on the val split.
+
+Usage: python bench/sft_sweep.py [--data data] [--params params.yaml]
+           [--point HIDDEN,LAYERS,STEPS,TRAIN_FRACTION ...] [--out FILE.md]
+
+Each point trains the SFT recipe from scratch (the params' other settings) for STEPS optimizer
+steps on the first TRAIN_FRACTION of the train split's decision samples (by seed, so a smaller
+volume is fewer seeds, not fewer states per seed), in a scratch data root and MLflow store, and
+reports the parameter count, wall minutes, tokens per second and the val split's exact,
+structural, parse and validity rates and the exact rate on targets never seen in training.
+Writes the table as Markdown (``--out``) and prints ``RESULT best=<point> exact=<rate>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_POINTS = ("128,2,600,1.0", "192,4,400,1.0", "192,4,400,0.5", "256,4,300,1.0")
+
+
+def _scratch(root: Path, tmp: Path, fraction: float) -> Path:
+    out = tmp / "data"
+    (out / "decision_samples").mkdir(parents=True)
+    rows = [json.loads(x) for x in (root / "decision_samples" / "samples.jsonl").open(encoding="utf-8")]
+    seeds = sorted({r["seed_id"] for r in rows if r["split"] == "train"})
+    keep = set(seeds[: max(1, round(len(seeds) * fraction))])
+    text = "".join(json.dumps(r) + "\n" for r in rows if r["split"] != "train" or r["seed_id"] in keep)
+    (out / "decision_samples" / "samples.jsonl").write_text(text, encoding="utf-8")
+    return out
+
+
+def run_point(params, root: Path, hidden: int, layers: int, steps: int, fraction: float) -> dict:  # type: ignore[no-untyped-def]
+    import mlflow
+
+    from orchestra.training.sft import train_sft
+
+    with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+        data = _scratch(root, Path(tmp), fraction)
+        db = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
+        train = params.train.model_copy(
+            update={
+                "policy": params.train.policy.model_copy(update={"hidden_size": hidden, "layers": layers}),
+                "sft": params.train.sft.model_copy(update={"max_steps": steps, "save_steps": steps}),
+            }
+        )
+        p = params.model_copy(
+            update={"train": train, "tracking": params.tracking.model_copy(update={"mlflow_uri": db})}
+        )
+        t0 = time.perf_counter()
+        res = train_sft(p, data)
+        run = mlflow.MlflowClient(db).get_run(res.run_id or "")
+        wall = sum(
+            m.value for m in mlflow.MlflowClient(db).get_metric_history(res.run_id or "", "step_wall_s")
+        )
+        tokens = run.data.metrics.get("num_tokens", 0.0)
+        return {
+            "hidden": hidden,
+            "layers": layers,
+            "steps": steps,
+            "fraction": fraction,
+            "samples": res.samples,
+            "params_m": float(run.data.tags.get("orchestra.params_n", 0)) / 1e6,
+            "train_min": wall / 60,
+            "total_min": (time.perf_counter() - t0) / 60,
+            "tokens_per_s": tokens / wall if wall else 0.0,
+            **{k[4:]: v for k, v in res.metrics.items() if k.startswith("val_")},
+        }
+
+
+def main() -> int:
+    from orchestra.config import data_root, load_params
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=None)
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--point", action="append", default=None, help="HIDDEN,LAYERS,STEPS,TRAIN_FRACTION")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    params = load_params(args.params)
+    root = (args.data or data_root(args.params, params)).resolve()
+    head = "| hidden | layers | params (M) | steps | train data | samples | train min | tok/s | exact | structural | parse | valid | exact unseen (n) |"  # noqa: E501
+    lines = [head, "|" + "---|" * 13]
+    best: tuple[float, str] = (-1.0, "")
+    for point in args.point or DEFAULT_POINTS:
+        h, la, st, fr = point.split(",")
+        r = run_point(params, root, int(h), int(la), int(st), float(fr))
+        lines.append(
+            f"| {r['hidden']} | {r['layers']} | {r['params_m']:.2f} | {r['steps']} | {r['fraction']:.0%} | "
+            f"{r['samples']} | {r['train_min']:.1f} | {r['tokens_per_s']:.0f} | {r['exact']:.3f} | "
+            f"{r['structural']:.3f} | {r['parse']:.3f} | {r['valid']:.3f} | "
+            f"{r['exact_unseen']:.3f} ({r['n_unseen']:.0f}) |"
+        )
+        print(lines[-1], flush=True)
+        best = max(best, (r["exact"], point))
+    table = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(table, encoding="utf-8")
+    print(table)
+    print(f"RESULT best={best[1]} exact={best[0]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

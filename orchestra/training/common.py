@@ -1,0 +1,207 @@
+"""What every recipe shares: the stage folder, resumable checkpoints, trainer arguments, greedy evaluation."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestra.agent.state import OrchestraState
+from orchestra.config import AgentParams
+from orchestra.io import atomic_dir, atomic_write_text, dump_json
+from orchestra.schemas import DecisionSample
+from orchestra.training.examples import DecisionScore, PolicyView, score_decisions
+from orchestra.training.policy import save_policy
+
+__all__ = [
+    "RECIPES",
+    "RunDirs",
+    "TrainResult",
+    "base_args",
+    "file_digest",
+    "generate",
+    "evaluate_policy",
+    "publish",
+]
+
+RECIPES = ("sft", "grpo", "dagrpo")
+
+# TRL and the Hub client phone home at start-up; the embedded default never needs the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    """``data/policy_<recipe>/``: ``model/`` (the published policy), ``summary.json``, and while a run
+    is unfinished ``checkpoints/`` with the fingerprint of what it trains (params, data, start model):
+    a run with the same fingerprint resumes from the last checkpoint, any other starts afresh."""
+
+    root: Path
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def prepare(self, fingerprint: Mapping[str, Any]) -> bool:
+        """Make ``checkpoints/`` for ``fingerprint``; True when it holds a checkpoint to resume."""
+        stamp = self.checkpoints / "fingerprint.json"
+        text = dump_json(dict(fingerprint))
+        if stamp.is_file() and stamp.read_text(encoding="utf-8") != text:
+            shutil.rmtree(self.checkpoints)
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stamp, text)
+        return any(p.name.startswith("checkpoint-") for p in self.checkpoints.iterdir())
+
+    def run_id(self) -> str | None:
+        """The MLflow run of the unfinished attempt these checkpoints belong to."""
+        f = self.checkpoints / "mlflow_run_id"
+        return f.read_text(encoding="utf-8").strip() or None if f.is_file() else None
+
+    def remember_run(self, run_id: str) -> None:
+        atomic_write_text(self.checkpoints / "mlflow_run_id", run_id)
+
+    def finish(self) -> None:
+        shutil.rmtree(self.checkpoints, ignore_errors=True)
+
+
+@dataclass
+class TrainResult:
+    """What a recipe reports: the published model, steps, final metrics, the MLflow run."""
+
+    recipe: str
+    model_dir: Path
+    steps: int
+    samples: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    run_id: str | None = None
+    resumed: bool = False
+    wall_s: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "model_dir": str(self.model_dir),
+            "steps": self.steps,
+            "rows": self.samples,
+            "metrics": self.metrics,
+            "mlflow_run_id": self.run_id,
+            "resumed": self.resumed,
+            "wall_s": round(self.wall_s, 1),
+        }
+
+
+def base_args(
+    out: Path,
+    seed: int,
+    learning_rate: float,
+    batch_size: int,
+    max_steps: int,
+    save_steps: int,
+    logging: int = 5,
+) -> dict[str, Any]:
+    """Trainer arguments every recipe shares: CPU unless an accelerator is present, fp32 on CPU (TRL
+    defaults to bf16 and gradient checkpointing, both slow there), checkpoints every ``save_steps``
+    into ``out`` (the last two kept), TRL reporting to MLflow (the active run, see tracking.py)."""
+    import torch
+
+    gpu = torch.cuda.is_available()
+    return {
+        "output_dir": str(out),
+        "seed": seed,
+        "data_seed": seed,
+        "learning_rate": learning_rate,
+        "per_device_train_batch_size": batch_size,
+        "max_steps": max_steps,
+        "save_strategy": "steps",
+        "save_steps": save_steps,
+        "save_total_limit": 2,
+        "logging_steps": logging,
+        "use_cpu": not gpu,
+        "bf16": gpu and torch.cuda.is_bf16_supported(),
+        "gradient_checkpointing": False,
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "report_to": ["mlflow"],
+    }
+
+
+def generate(
+    model: Any, tokenizer: Any, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int
+) -> list[str]:
+    """Greedy completions of chat ``prompts``, batched with left padding."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    model.eval()
+    out: list[str] = []
+    for i in range(0, len(prompts), 32):
+        texts = [
+            tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+            for p in prompts[i : i + 32]
+        ]
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            ids = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return out
+
+
+def evaluate_policy(
+    model: Any,
+    tokenizer: Any,
+    samples: Sequence[DecisionSample],
+    view: PolicyView,
+    agent: AgentParams,
+    seen: Collection[str] = (),
+) -> tuple[DecisionScore, list[Mapping[str, Any]]]:
+    """Greedy decisions on ``samples`` scored against the expert's: rates and per-sample rows (with
+    the output). ``seen``: the training targets; exact match is also reported on the samples whose
+    target text is not among them."""
+    prompts = [view.messages(OrchestraState.model_validate(s.state), agent) for s in samples]
+    outputs = generate(model, tokenizer, prompts, agent.decision_tokens)
+    return score_decisions(outputs, samples, view.fmt, seen)
+
+
+def publish(
+    model: Any,
+    tokenizer: Any,
+    view: PolicyView,
+    dirs: RunDirs,
+    rows: Sequence[Mapping[str, Any]],
+    metrics: Mapping[str, float],
+) -> None:
+    """Log the final ``metrics`` to the active MLflow run, write ``model/`` (atomically: the previous
+    one stays until the new one is complete) and the per-sample validation rows, and log the model
+    directory as the run's ``model`` artifact."""
+    import mlflow
+
+    mlflow.log_metrics(dict(metrics))
+    with atomic_dir(dirs.model) as tmp:
+        save_policy(model, tokenizer, view, tmp)
+    atomic_write_text(dirs.root / "val_decisions.jsonl", "".join(dump_json(dict(r)) + "\n" for r in rows))
+    mlflow.log_artifacts(str(dirs.model), artifact_path="model")

@@ -1,0 +1,144 @@
+"""What the policy trains on and is scored by: prompts rendered from decision samples, canonical decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestra.agent.decision import Action, Format, ParseError, parse_decision, render_decision
+from orchestra.agent.refs import REF_PATTERN
+from orchestra.agent.state import OrchestraState, Style, render_state, validation_context
+from orchestra.config import AgentParams
+from orchestra.io import read_jsonl
+from orchestra.schemas import DecisionSample, Delegate, Finish
+
+__all__ = [
+    "DecisionScore",
+    "PolicyView",
+    "canonical",
+    "load_samples",
+    "score_decisions",
+    "structure",
+]
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    """How a trained policy reads states and writes decisions (saved beside its weights)."""
+
+    style: Style = "minimal"
+    fmt: Format = "lines"
+
+    def messages(self, state: OrchestraState, agent: AgentParams) -> list[dict[str, str]]:
+        return render_state(
+            state, agent.state_tokens, fmt=self.fmt, style=self.style, evidence_tokens=agent.evidence_tokens
+        )
+
+    def target(self, decision: Action) -> str:
+        return render_decision(decision, self.fmt)
+
+
+def load_samples(path: Path, splits: Iterable[str] | None = None) -> list[DecisionSample]:
+    """The decision samples in ``path`` (a samples.jsonl), only ``splits`` when given."""
+    keep = None if splits is None else set(splits)
+    return [s for s in read_jsonl(path, DecisionSample) if keep is None or s.split in keep]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def canonical(action: Action, structural: bool = False) -> tuple[Any, ...]:
+    """A form equal for two decisions that say the same thing: new sub-task ids (and the ``#E``
+    references to them) are replaced by what the node is, so numbering and order do not matter.
+    ``structural`` drops the goal text (the count, tools, backends, modalities, dependencies)."""
+    if isinstance(action, Finish):
+        return ("finish",) if structural else ("finish", _norm(action.answer))
+    if not isinstance(action, Delegate):
+        return ("search", action.model, action.skill, "" if structural else _norm(action.query))
+    nodes = {st.id: st for st in action.subtasks}
+    keys: dict[str, Any] = {}
+
+    def key(sid: str, seen: frozenset[str]) -> Any:
+        if sid not in nodes:
+            return sid  # existing evidence keeps its id
+        if sid in seen:
+            return ("cycle",)
+        if sid not in keys:
+            st, inner = nodes[sid], seen | {sid}
+            deps = tuple(sorted(repr(key(d, inner)) for d in st.depends_on))
+            goal = REF_PATTERN.sub(
+                lambda m: repr(key(f"E{m.group(2)}", inner)) if m.group(1) == "E" else m.group(0), st.goal
+            )
+            keys[sid] = (st.backend, st.skill, tuple(st.tools), tuple(st.modalities), deps) + (
+                () if structural else (_norm(goal),)
+            )
+        return keys[sid]
+
+    return ("delegate", tuple(sorted(repr(key(sid, frozenset())) for sid in nodes)))
+
+
+def structure(action: Action) -> tuple[Any, ...]:
+    return canonical(action, structural=True)
+
+
+@dataclass(frozen=True)
+class DecisionScore:
+    """Rates over ``n`` decisions: parse, valid in the state, exact (canonical equality), structural;
+    ``exact_unseen`` over the ``n_unseen`` whose target text never occurs in training."""
+
+    n: int
+    parse: float
+    valid: float
+    exact: float
+    structural: float
+    n_unseen: int = 0
+    exact_unseen: float = 0.0
+
+    def as_metrics(self, prefix: str = "") -> dict[str, float]:
+        keys = ("n", "parse", "valid", "exact", "structural", "n_unseen", "exact_unseen")
+        return {f"{prefix}{k}": float(getattr(self, k)) for k in keys}
+
+
+def score_decisions(
+    outputs: Sequence[str],
+    samples: Sequence[DecisionSample],
+    fmt: Format = "lines",
+    seen: Collection[str] = (),
+) -> tuple[DecisionScore, list[Mapping[str, Any]]]:
+    """Each policy output against its sample's expert decision, and per-sample rows (for a report).
+    ``seen``: the target texts of training (in ``fmt``), for the exact rate on unseen targets."""
+    seen = set(seen)
+    rows: list[Mapping[str, Any]] = []
+    for text, sample in zip(outputs, samples, strict=True):
+        state = OrchestraState.model_validate(sample.state)
+        parsed = parse_decision(text, fmt=fmt)
+        ok = not isinstance(parsed, ParseError)
+        checked = parse_decision(text, fmt=fmt, context=validation_context(state)) if ok else parsed
+        valid = not isinstance(checked, ParseError)
+        expert = sample.decision
+        rows.append(
+            {
+                "sample_id": sample.sample_id,
+                "kind": sample.kind,
+                "parse": ok,
+                "valid": valid,
+                "exact": ok and canonical(parsed) == canonical(expert),  # type: ignore[arg-type]
+                "structural": ok and structure(parsed) == structure(expert),  # type: ignore[arg-type]
+                "unseen": render_decision(expert, fmt) not in seen,
+                "error": "" if valid else str(checked),
+                "output": text,
+            }
+        )
+    n = len(rows)
+
+    def rate(k: str, among: Sequence[Mapping[str, Any]] = rows) -> float:
+        return sum(bool(r[k]) for r in among) / len(among) if among else 0.0
+
+    unseen = [r for r in rows if r["unseen"]]
+    score = DecisionScore(
+        n, rate("parse"), rate("valid"), rate("exact"), rate("structural"), len(unseen), rate("exact", unseen)
+    )
+    return score, rows

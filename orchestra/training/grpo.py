@@ -1,0 +1,197 @@
+"""DA-GRPO in TRL: decision-level prompts, a rubric reward per decision, no sub-agent run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from orchestra.agent.decision import Action
+from orchestra.agent.state import OrchestraState
+from orchestra.config import GRPOParams, Params
+from orchestra.errors import StageError
+from orchestra.schemas import DecisionSample
+from orchestra.training.common import RunDirs, TrainResult, base_args, evaluate_policy, file_digest, publish
+from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.policy import load_policy
+from orchestra.training.rewards import RubricScores
+from orchestra.training.sft import samples_path
+
+__all__ = ["RUBRIC_PARTS", "grpo_config", "rubric_rewards", "start_policy", "train_dagrpo"]
+
+RUBRIC_PARTS = ("format", "validity", "tools", "decision")
+
+
+def start_policy(root: Path) -> Path:
+    """The SFT policy both GRPO recipes start from (and KL-regularise towards)."""
+    path = root / "policy_sft" / "model"
+    if not (path / "config.json").is_file():
+        raise StageError(f"{path}: no SFT policy; materialize policy_sft first")
+    return path
+
+
+def grpo_config(
+    gp: GRPOParams, out: Path, seed: int, reward_weights: Sequence[float], save_steps: int
+) -> Any:
+    """TRL's GRPOConfig from params: group size, generation batch, clip, beta, loss type, learning rate.
+    One pass over a shuffled prompt list (never a second epoch), so a resumed run replays the same
+    prompts (TRL's sampler does not reseed per epoch)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        **base_args(
+            out, seed, gp.learning_rate, gp.per_device_batch_size, gp.max_steps, save_steps, logging=1
+        ),
+        num_generations=gp.num_generations,
+        steps_per_generation=gp.steps_per_generation,
+        beta=gp.beta,
+        epsilon=gp.epsilon,
+        loss_type=gp.loss_type,
+        max_completion_length=gp.max_completion_length,
+        temperature=gp.temperature,
+        reward_weights=list(reward_weights),
+        shuffle_dataset=False,
+        use_vllm=gp.use_vllm,
+        vllm_mode=gp.vllm_mode,
+    )
+
+
+def rubric_rewards(
+    samples: Mapping[str, DecisionSample],
+    score: Callable[[str, OrchestraState, Action, str], RubricScores],
+    fmt: str,
+) -> list[Callable[..., list[float]]]:
+    """One TRL reward function per rubric part (logged as ``rewards/<part>/mean``), all four from
+    one rubric call per (sample, completion): the reward model is called once per decision."""
+
+    @lru_cache(maxsize=4096)
+    def scores(sample_id: str, text: str) -> RubricScores:
+        s = samples[sample_id]
+        return score(text, OrchestraState.model_validate(s.state), s.decision, fmt)
+
+    def part(name: str) -> Callable[..., list[float]]:
+        def reward(completions: list[Any], sample_id: list[str], **_: Any) -> list[float]:
+            texts = [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
+            return [float(getattr(scores(sid, t), name)) for sid, t in zip(sample_id, texts, strict=True)]
+
+        reward.__name__ = name
+        return reward
+
+    return [part(name) for name in RUBRIC_PARTS]
+
+
+def _order(n: int, count: int, seed: int) -> list[int]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    reps = -(-count // max(1, n))
+    return [int(i) for _ in range(reps) for i in rng.permutation(n)][:count]
+
+
+def train_dagrpo(params: Params, root: Path) -> TrainResult:
+    """DA-GRPO from the SFT policy on the train split's decision prompts: a group of decisions per
+    state, each scored by the rubric against the expert's decision for that state; publishes
+    ``data/policy_dagrpo/model``, scores it on the val split; resumable."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from orchestra.training.reward_model import make_rubric
+    from orchestra.training.tracking import recipe_run, step_callback
+
+    t0 = time.perf_counter()
+    gp, path = params.train.dagrpo, samples_path(root)
+    samples = load_samples(path)
+    train = [s for s in samples if s.split == "train"]
+    val = [s for s in samples if s.split == "val"]
+    start = start_policy(root)
+    model, tokenizer, view = load_policy(start)
+    by_id = {s.sample_id: s for s in train}
+    n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
+    picked = [train[i] for i in _order(len(train), n_prompts, params.train.seed)]
+    rows = [
+        {
+            "prompt": view.messages(OrchestraState.model_validate(s.state), params.agent),
+            "sample_id": s.sample_id,
+        }
+        for s in picked
+    ]
+    digest = file_digest(path)
+    dirs = RunDirs(root / "policy_dagrpo")
+    w = gp.rubric
+    fingerprint = {
+        "recipe": "dagrpo",
+        "dagrpo": gp.model_dump(mode="json"),
+        "seed": params.train.seed,
+        "agent": params.agent.model_dump(mode="json"),
+        "decision_samples": digest,
+        "start": file_digest(start / "model.safetensors"),
+    }
+    resume = dirs.prepare(fingerprint)
+    tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
+    with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
+        dirs.remember_run(run_id)
+        config = grpo_config(
+            gp,
+            dirs.checkpoints,
+            params.train.seed,
+            [w.format, w.validity, w.tools, w.decision],
+            gp.save_steps,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=rubric_rewards(by_id, make_rubric(params), view.fmt),
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            callbacks=[step_callback()],
+        )
+        trainer.train(resume_from_checkpoint=True if resume else None)
+        metrics = _final(trainer, model, tokenizer, val, view, params, make_rubric(params))
+        publish(model, tokenizer, view, dirs, metrics.pop("_rows"), metrics)  # type: ignore[arg-type]
+    dirs.finish()
+    return TrainResult(
+        "dagrpo",
+        dirs.model,
+        trainer.state.global_step,
+        len(rows),
+        metrics,
+        run_id,
+        resume,
+        time.perf_counter() - t0,
+    )
+
+
+def mean_rubric(
+    outputs: Sequence[str],
+    samples: Sequence[DecisionSample],
+    score: Callable[[str, OrchestraState, Action, str], RubricScores],
+    params: Params,
+    fmt: str,
+) -> dict[str, float]:
+    """Mean rubric parts and weighted total of ``outputs`` on ``samples``."""
+    parts = [
+        score(t, OrchestraState.model_validate(s.state), s.decision, fmt)
+        for t, s in zip(outputs, samples, strict=True)
+    ]
+    n = max(1, len(parts))
+    out = {f"val_rubric_{k}": sum(getattr(p, k) for p in parts) / n for k in RUBRIC_PARTS}
+    out["val_rubric_reward"] = sum(p.total(params.train.dagrpo.rubric) for p in parts) / n
+    return out
+
+
+def _final(
+    trainer: Any,
+    model: Any,
+    tokenizer: Any,
+    val: Sequence[DecisionSample],
+    view: PolicyView,
+    params: Params,
+    score: Any,
+) -> dict[str, Any]:
+    score_val, rows = evaluate_policy(model, tokenizer, val, view, params.agent)
+    metrics: dict[str, Any] = score_val.as_metrics("val_")
+    metrics.update(mean_rubric([r["output"] for r in rows], val, score, params, view.fmt))
+    metrics["_rows"] = rows
+    return metrics

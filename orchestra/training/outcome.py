@@ -1,0 +1,203 @@
+"""Outcome GRPO (Maestro's recipe): full orchestrator rollouts with real tools, reward = answer + format."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestra.backends.chat import ChatResult
+from orchestra.config import AgentParams, GRPOParams, Params
+from orchestra.errors import StageError
+from orchestra.schemas import Task
+from orchestra.training.common import RunDirs, TrainResult, file_digest, publish
+from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.grpo import _final, _order, grpo_config, start_policy
+from orchestra.training.policy import load_policy
+from orchestra.training.rewards import answers_equal
+from orchestra.training.sft import samples_path
+
+__all__ = ["SamplingChat", "answer_reward", "format_reward", "make_rollout", "train_grpo"]
+
+
+@dataclass
+class _Call:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+@dataclass
+class SamplingChat:
+    """A chat client over the model being trained: samples a decision at ``temperature`` and keeps
+    the token ids of every call (the rollout's turns)."""
+
+    model: Any
+    tokenizer: Any
+    max_new_tokens: int
+    temperature: float = 1.0
+    calls: list[_Call] = field(default_factory=list)
+
+    @property
+    def context_tokens(self) -> int | None:
+        return int(self.model.config.max_position_embeddings)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Any = None) -> ChatResult:
+        import torch
+
+        t0 = time.perf_counter()
+        ids = self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, return_dict=True
+        )["input_ids"]
+        with torch.no_grad():
+            out = self.model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=self.max_new_tokens,
+                do_sample=True,
+                temperature=self.temperature,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
+            )
+        new = out[0, len(ids) :].tolist()
+        self.calls.append(_Call(list(ids), new))
+        text = self.tokenizer.decode(new, skip_special_tokens=True)
+        return ChatResult(text, [], len(ids), len(new), time.perf_counter() - t0)
+
+
+def make_rollout(
+    tasks: Mapping[str, Task], env: Any, view: PolicyView, agent: AgentParams, gp: GRPOParams
+) -> Any:
+    """TRL's ``rollout_func``: each prompt names a task (its id is the prompt's text); the orchestra
+    system runs it end to end with the policy sampling every decision and real sub-agents and tools.
+    The completion is every decision's tokens; the states shown between decisions are environment
+    tokens (``env_mask`` 0, no loss). Extra fields ``correct`` and ``formatted`` feed the rewards."""
+    from orchestra.agent.lm_policy import LMPolicy
+    from orchestra.agent.systems import run_task_sync
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "correct", "formatted")
+        }
+        for prompt in prompts:
+            task = tasks[prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)]
+            chat = SamplingChat(
+                trainer.model, trainer.processing_class, gp.max_completion_length, gp.temperature
+            )
+            policy = LMPolicy(
+                chat, fmt=view.fmt, style=view.style, max_retries=0, name="rollout", agent=agent
+            )  # type: ignore[arg-type]
+            traj = run_task_sync(task, "orchestra", policy, env)
+            comp: list[int] = []
+            mask: list[int] = []
+            for i, call in enumerate(chat.calls):
+                if i:
+                    comp += call.prompt_ids
+                    mask += [0] * len(call.prompt_ids)
+                comp += call.completion_ids
+                mask += [1] * len(call.completion_ids)
+            decisions = [s for s in traj.steps if s.raw_output is not None]
+            ok = sum(1 for s in decisions if s.decision is not None)
+            out["prompt_ids"].append(chat.calls[0].prompt_ids if chat.calls else [])
+            out["completion_ids"].append(comp)
+            out["env_mask"].append(mask)
+            out["correct"].append(
+                float(traj.answer is not None and answers_equal(str(traj.answer), task.answer))
+            )
+            out["formatted"].append(ok / len(decisions) if decisions else 0.0)
+        return {**out, "logprobs": None}
+
+    return rollout
+
+
+def answer_reward(completions: list[Any], correct: list[float], **_: Any) -> list[float]:
+    """1 when the rollout's final answer equals the labelled answer."""
+    return [float(c) for c in correct]
+
+
+def format_reward(completions: list[Any], formatted: list[float], **_: Any) -> list[float]:
+    """The share of the rollout's decisions that parsed and were valid."""
+    return [float(f) for f in formatted]
+
+
+def train_grpo(params: Params, root: Path) -> TrainResult:
+    """Outcome GRPO from the SFT policy over the train split's verified tasks, with the same group
+    size and batch as DA-GRPO; publishes ``data/policy_grpo/model``; resumable."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from orchestra.agent.systems import Environment, builtin_backends
+    from orchestra.data.trajectories import load_verified
+    from orchestra.tools.cache import open_perception_cache
+    from orchestra.tools.registry import default_registry
+    from orchestra.training.reward_model import make_rubric
+    from orchestra.training.tracking import recipe_run, step_callback
+
+    t0 = time.perf_counter()
+    gp, path = params.train.grpo, samples_path(root)
+    verified = [s for s in load_verified(root) if s.split == "train"]
+    if not verified:
+        raise StageError(f"{root / 'verified_samples'}: no train tasks for outcome GRPO")
+    tasks = {s.candidate_id: s.task for s in verified}
+    ids = sorted(tasks)
+    n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
+    rows = [
+        {"prompt": [{"role": "user", "content": ids[i]}]}
+        for i in _order(len(ids), n_prompts, params.train.seed)
+    ]
+    val = load_samples(path, ["val"])
+    start = start_policy(root)
+    model, tokenizer, view = load_policy(start)
+    dirs = RunDirs(root / "policy_grpo")
+    fingerprint = {
+        "recipe": "grpo",
+        "grpo": gp.model_dump(mode="json"),
+        "seed": params.train.seed,
+        "agent": params.agent.model_dump(mode="json"),
+        "tasks": ids,
+        "start": file_digest(start / "model.safetensors"),
+    }
+    resume = dirs.prepare(fingerprint)
+    seeds_dir = root / "seed_tasks"
+    tags = {"orchestra.decision_samples_sha256": file_digest(path), "orchestra.start_policy": str(start)}
+    cache = open_perception_cache(root, params.tools)
+    with (
+        cache or nullcontext(),
+        default_registry(seeds_dir, params.tools, cache=cache) as tools,
+        recipe_run(params, root, "grpo", tags, resume_id=dirs.run_id()) as run_id,
+    ):
+        dirs.remember_run(run_id)
+        env = Environment(
+            tools=tools,
+            backends=builtin_backends(params.agent),
+            agent=params.agent,
+            media_root=seeds_dir / "media",
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[answer_reward, format_reward],
+            args=grpo_config(gp, dirs.checkpoints, params.train.seed, [1.0, gp.format_weight], gp.save_steps),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            callbacks=[step_callback()],
+            rollout_func=make_rollout(tasks, env, view, params.agent, gp),
+        )
+        trainer.train(resume_from_checkpoint=True if resume else None)
+        metrics = _final(trainer, model, tokenizer, val, view, params, make_rubric(params))
+        publish(model, tokenizer, view, dirs, metrics.pop("_rows"), metrics)
+    dirs.finish()
+    return TrainResult(
+        "grpo",
+        dirs.model,
+        trainer.state.global_step,
+        len(rows),
+        metrics,
+        run_id,
+        resume,
+        time.perf_counter() - t0,
+    )

@@ -1,0 +1,116 @@
+"""SFT warm start: TRL's SFTTrainer on (state, expert decision) pairs, loss on the decision only."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestra.agent.state import OrchestraState
+from orchestra.config import AgentParams, Params
+from orchestra.errors import StageError
+from orchestra.schemas import DecisionSample
+from orchestra.training.common import RunDirs, TrainResult, base_args, evaluate_policy, file_digest, publish
+from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.policy import build_policy, n_params
+
+__all__ = ["samples_path", "sft_examples", "train_sft"]
+
+
+def samples_path(root: Path) -> Path:
+    path = root / "decision_samples" / "samples.jsonl"
+    if not path.is_file():
+        raise StageError(f"{path}: no decision samples; materialize decision_samples first")
+    return path
+
+
+def sft_examples(
+    samples: Sequence[DecisionSample], view: PolicyView, agent: AgentParams
+) -> list[dict[str, Any]]:
+    """TRL's conversational prompt-completion rows: the rendered state, the expert decision. A pair
+    the view renders identically to an earlier one is kept once (a re-rendering the view does not
+    show, e.g. another backend order for a view that sorts backends): repetition costs steps."""
+    rows, seen = [], set()
+    for s in samples:
+        prompt = view.messages(OrchestraState.model_validate(s.state), agent)
+        target = view.target(s.decision)
+        key = (json.dumps(prompt, sort_keys=True), target)
+        if key not in seen:
+            seen.add(key)
+            rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": target}]})
+    return rows
+
+
+def train_sft(params: Params, root: Path) -> TrainResult:
+    """Train a policy from scratch (or from ``train.policy.base_model``) on the train split's decision
+    samples, score it on the val split, publish ``data/policy_sft/model``; resumable (see RunDirs)."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from orchestra.training.tracking import recipe_run, step_callback
+
+    t0 = time.perf_counter()
+    path = samples_path(root)
+    samples = load_samples(path)
+    train = [s for s in samples if s.split == "train"]
+    val = [s for s in samples if s.split == "val"]
+    if not train:
+        raise StageError(f"{path}: no train samples")
+    view, sp = PolicyView(), params.train.sft
+    rows = sft_examples(train, view, params.agent)
+    digest = file_digest(path)
+    dirs = RunDirs(root / "policy_sft")
+    fingerprint = {
+        "recipe": "sft",
+        "policy": params.train.policy.model_dump(mode="json"),
+        "sft": sp.model_dump(mode="json"),
+        "seed": params.train.seed,
+        "agent": params.agent.model_dump(mode="json"),
+        "decision_samples": digest,
+    }
+    resume = dirs.prepare(fingerprint)
+    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]]
+    model, tokenizer = build_policy(params.train.policy, texts, params.train.seed)
+    tags = {"orchestra.decision_samples_sha256": digest, "orchestra.params_n": str(n_params(model))}
+    with recipe_run(params, root, "sft", tags, resume_id=dirs.run_id()) as run_id:
+        dirs.remember_run(run_id)
+        args = base_args(
+            dirs.checkpoints, params.train.seed, sp.learning_rate, sp.batch_size, sp.max_steps, sp.save_steps
+        )
+        config = SFTConfig(
+            **args,
+            num_train_epochs=sp.epochs,
+            lr_scheduler_type="cosine",
+            warmup_steps=sp.warmup_steps,
+            max_length=None,  # states are bounded by the render budget; padding-free needs no cut
+            padding_free=True,  # one row per batch, no pad tokens (works with sdpa on CPU)
+        )
+        trainer = SFTTrainer(
+            model=model,
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            callbacks=[step_callback()],
+        )
+        trainer.train(resume_from_checkpoint=True if resume else None)
+        seen = {r["completion"][0]["content"] for r in rows}
+        score, val_rows = evaluate_policy(model, tokenizer, val, view, params.agent, seen)
+        losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]  # restored on resume too
+        metrics = {
+            **score.as_metrics("val_"),
+            "train_loss_last": float(losses[-1]) if losses else float("nan"),
+        }
+        publish(model, tokenizer, view, dirs, val_rows, metrics)
+    dirs.finish()
+    return TrainResult(
+        "sft",
+        dirs.model,
+        trainer.state.global_step,
+        len(train),
+        metrics,
+        run_id,
+        resume,
+        time.perf_counter() - t0,
+    )

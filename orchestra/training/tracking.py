@@ -1,0 +1,135 @@
+"""MLflow for the training runs: one pipeline run, a nested run per recipe, and what TRL does not log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from orchestra.config import Params
+from orchestra.errors import OrchestraError
+
+__all__ = ["PIPELINE_ENV", "TrackingError", "git_commit", "recipe_run", "step_callback", "tracking_uri"]
+
+#: Set by the orchestrator of a pipeline run (Dagster: its run id) so the recipes nest under one run.
+PIPELINE_ENV = "ORCHESTRA_PIPELINE_RUN"
+
+
+class TrackingError(OrchestraError):
+    """The MLflow store cannot be reached or written."""
+
+
+def tracking_uri(params: Params, root: Path) -> str:
+    """``tracking.mlflow_uri``; a relative ``sqlite:///`` path is taken from the project folder (the
+    data root's parent), not from wherever the process happens to run."""
+    uri = params.tracking.mlflow_uri
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
+        return prefix + str((root.parent / uri[len(prefix) :]).resolve())
+    return uri
+
+
+def _artifacts(uri: str) -> str | None:
+    """Artifacts of a SQLite store go beside its database (``mlartifacts/``), not into the working
+    directory of whichever process creates the experiment; a server keeps its own default."""
+    prefix = "sqlite:///"
+    return (Path(uri[len(prefix) :]).parent / "mlartifacts").as_uri() if uri.startswith(prefix) else None
+
+
+def git_commit(cwd: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def _flat(obj: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = str(v)[:500]
+    return out
+
+
+def _parent(client: Any, experiment_id: str, key: str, tags: Mapping[str, str]) -> str:
+    """The pipeline run tagged ``orchestra.pipeline = key``, made when absent."""
+    found = client.search_runs([experiment_id], f"tags.`orchestra.pipeline` = '{key}'", max_results=1)
+    if found:
+        return str(found[0].info.run_id)
+    run = client.create_run(
+        experiment_id, run_name=f"pipeline {key[:24]}", tags={"orchestra.pipeline": key, **tags}
+    )
+    return str(run.info.run_id)
+
+
+@contextmanager
+def recipe_run(
+    params: Params, root: Path, recipe: str, tags: Mapping[str, str], resume_id: str | None = None
+) -> Iterator[str]:
+    """An active MLflow run for ``recipe`` (TRL's ``report_to="mlflow"`` logs into it), nested under
+    the pipeline run of ``$ORCHESTRA_PIPELINE_RUN`` (else one per git commit and data digest), tagged
+    with ``tags`` and the git commit, the orchestra params logged with an ``orchestra.`` prefix.
+    ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
+    The run ends FAILED if the body raises."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    uri = tracking_uri(params, root)
+    commit = git_commit(root.parent)
+    key = (
+        os.environ.get(PIPELINE_ENV)
+        or f"{commit[:12]}-{tags.get('orchestra.decision_samples_sha256', '')[:12]}"
+    )
+    try:
+        mlflow.set_tracking_uri(uri)
+        client = mlflow.MlflowClient(uri)
+        exp = client.get_experiment_by_name(params.tracking.experiment)
+        exp_id = (
+            exp.experiment_id
+            if exp
+            else client.create_experiment(params.tracking.experiment, _artifacts(uri))
+        )
+        mlflow.set_experiment(experiment_id=exp_id)
+        parent = _parent(client, exp_id, key, {"git_commit": commit})
+        all_tags = {"git_commit": commit, "orchestra.recipe": recipe, "mlflow.parentRunId": parent, **tags}
+        run = mlflow.start_run(run_id=resume_id, run_name=None if resume_id else recipe, tags=all_tags)
+        if not resume_id:
+            mlflow.log_params(_flat(params.model_dump(mode="json")["train"], "orchestra.train."))
+    except MlflowException as e:
+        raise TrackingError(f"MLflow at {uri}: {e}") from e
+    try:
+        yield str(run.info.run_id)
+    except BaseException:
+        mlflow.end_run("FAILED")
+        raise
+    mlflow.end_run("FINISHED")
+
+
+def step_callback() -> Any:
+    """A transformers callback logging into the active run what TRL's MLflow callback lacks: the
+    wall seconds of each optimizer step (``step_wall_s``). Loss, reward components, KL and entropy
+    come from TRL's own reporting (``report_to="mlflow"``), which logs into the same active run."""
+    import mlflow
+    from transformers import TrainerCallback
+
+    class StepMetrics(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._t = time.perf_counter()
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self._t = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            mlflow.log_metric("step_wall_s", time.perf_counter() - self._t, step=state.global_step)
+
+    return StepMetrics()

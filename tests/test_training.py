@@ -1,0 +1,256 @@
+"""Policy training: the lines format, canonical decisions, the three recipes, MLflow, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestra.agent.decision import ErrorKind, ParseError, parse_decision, render_decision
+from orchestra.config import Params, parse_params
+from orchestra.schemas import Delegate, Finish, SubTask
+from orchestra.training.examples import canonical, structure
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _delegate(*nodes: tuple[str, str, list[str]]) -> Delegate:
+    return Delegate(
+        subtasks=[
+            SubTask(id=i, goal=g, depends_on=d, tools=["code_executor"], backend="code_expert")
+            for i, g, d in nodes
+        ]
+    )
+
+
+def test_lines_format_round_trips_and_names_its_errors() -> None:
+    d = Delegate(
+        subtasks=[
+            SubTask(id="E1", goal="read the caption number in #M1", modalities=["M1"], tools=["video_text"],
+                    backend="video_fast"),
+            SubTask(id="E2", goal="compute  abs(#E1 - 3)", depends_on=["E1"], tools=["code_executor"]),
+            SubTask(id="E3", goal="ask", backend="web_expert", skill="search"),
+        ]
+    )  # fmt: skip
+    text = render_decision(d, "lines")
+    assert text.splitlines() == [
+        "E1 video_fast video_text M1 - read the caption number in #M1",
+        "E2 - code_executor - E1 compute abs(#E1 - 3)",
+        "E3 web_expert@search - - - ask",
+    ]
+    back = parse_decision(text, fmt="lines")
+    assert isinstance(back, Delegate) and back.subtasks[1].goal == "compute abs(#E1 - 3)"
+    assert back.subtasks[2].skill == "search" and back.subtasks[0].modalities == ["M1"]
+    assert parse_decision("= #E7\n", fmt="lines") == Finish(answer="#E7")
+    for bad, kind in (
+        ("", "bad_format"),
+        ("=  ", "no_answer"),
+        ("E1 a b", "bad_format"),
+        ("X1 - - - - go", "bad_id"),
+    ):
+        err = parse_decision(bad, fmt="lines")
+        assert isinstance(err, ParseError) and err.kind == ErrorKind(kind), (bad, err)
+
+
+def test_canonical_ignores_numbering_and_order_but_not_content() -> None:
+    a = _delegate(("E1", "compute 2 + 3", []), ("E2", "compute #E1 * 4", ["E1"]))
+    renumbered = _delegate(("E8", "compute #E7 * 4", ["E7"]), ("E7", "compute 2 + 3", []))
+    assert canonical(a) == canonical(renumbered)
+    other_goal = _delegate(("E1", "compute 2 + 3", []), ("E2", "compute #E1 * 5", ["E1"]))
+    assert canonical(a) != canonical(other_goal) and structure(a) == structure(other_goal)
+    unchained = _delegate(("E1", "compute 2 + 3", []), ("E2", "compute 4", []))
+    assert structure(a) != structure(unchained)
+    assert canonical(Finish(answer=" #E2 ")) == canonical(Finish(answer="#e2"))
+
+
+def test_grpo_params_are_checked() -> None:
+    with pytest.raises(Exception, match="beta"):
+        parse_params({"train": {"dagrpo": {"beta": 0}}})
+    with pytest.raises(Exception, match="save_steps"):
+        parse_params({"train": {"grpo": {"steps_per_generation": 2, "save_steps": 3}}})
+
+
+def test_gpu_path_configs_build(tmp_path: Path) -> None:
+    """Not run on a GPU here: the TRL config the GPU path gets (vLLM server generation, bf16 where
+    CUDA is) builds from params, and the multi-GPU accelerate config is one accelerate reads."""
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    from orchestra.training.grpo import grpo_config
+
+    gp = parse_params({"train": {"dagrpo": {"use_vllm": True, "vllm_mode": "server"}}}).train.dagrpo
+    cfg = grpo_config(gp, tmp_path, 17, [1, 1, 1, 2], gp.save_steps)
+    assert cfg.use_vllm and cfg.vllm_mode == "server" and cfg.beta == gp.beta > 0
+    assert cfg.num_generations == gp.num_generations and cfg.reward_weights == [1, 1, 1, 2]
+    assert cfg.use_cpu and not cfg.bf16  # this machine has no GPU: fp32 on CPU
+    acc = ClusterConfig.from_yaml_file(str(ROOT / "configs" / "accelerate_multi_gpu.yaml"))
+    assert acc.distributed_type == "MULTI_GPU" and acc.num_processes == 8 and acc.mixed_precision == "bf16"
+
+
+# --- the recipes, for real, on the small world's decision samples ------------------------------------
+
+
+def _root(built: tuple[Path, str], tmp_path: Path) -> Path:
+    src, _ = built
+    root = tmp_path / "data"
+    root.mkdir(parents=True)
+    (root / "seed_tasks").symlink_to(src / "seed_tasks")
+    for name in ("verified_samples", "decision_samples"):
+        shutil.copytree(src / name, root / name)
+    return root
+
+
+def _params(
+    tmp_path: Path, root: Path, tiny: dict[str, Any], providers: dict[str, Any] | None = None, **train: Any
+) -> Params:
+    return parse_params(
+        {
+            "paths": {"data_dir": str(root)},
+            "train": {**tiny, **train},
+            "tools": {"cache": False, "workers": 0},
+            "tracking": {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "test"},
+            **({"providers": providers} if providers else {}),
+        }
+    )
+
+
+def _runs(tmp_path: Path) -> list[Any]:
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("test")
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def _weights(path: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_three_recipes_train_publish_and_nest_in_mlflow(
+    built: tuple[Path, str], tmp_path: Path, serve_process: Any, tiny_train: dict[str, Any]
+) -> None:
+    """SFT, then DA-GRPO scored by an ``openai`` reward model (``orchestra serve --script`` giving
+    scores that differ within each group, so the tiny policy's gradient is not zero), then outcome GRPO."""
+    from orchestra.agent.lm_policy import lm_policy
+    from orchestra.config import ProviderSpec
+    from orchestra.training.run import train_recipe
+
+    root = _root(built, tmp_path)
+    scores = [{"format": 1, "validity": 1, "tools": t, "decision": t} for t in (0.9, 0.1, 0.6, 0.3) * 20]
+    script = tmp_path / "rubric.jsonl"
+    script.write_text("".join(json.dumps({"content": json.dumps(x)}) + "\n" for x in scores))
+    with serve_process(script, name="rubric") as (_, url):
+        rubric = {"kind": "openai", "base_url": url, "model": "rubric"}
+        params = _params(
+            tmp_path,
+            root,
+            tiny_train,
+            providers={"builtin": {"kind": "builtin"}, "rubric": rubric},
+            dagrpo={**tiny_train["dagrpo"], "reward_provider": "rubric"},
+        )
+        sft = train_recipe("sft", params, root)
+        dag = train_recipe("dagrpo", params, root)
+        grpo = train_recipe("grpo", params, root)
+    assert sft.steps == 60 and (root / "policy_sft" / "model" / "orchestra_policy.json").is_file()
+    assert not (root / "policy_sft" / "checkpoints").exists()  # removed once the model is published
+    assert 0 <= sft.metrics["val_parse"] <= 1 and sft.metrics["val_n"] > 0
+    summary = json.loads((root / "policy_sft" / "summary.json").read_text())
+    assert summary["mlflow_run_id"] == sft.run_id and summary["steps"] == 60
+
+    start = _weights(root / "policy_sft" / "model")
+    for res in (dag, grpo):
+        assert res.steps == 2
+        moved = _weights(res.model_dir)
+        assert any(not (moved[k] == start[k]).all() for k in start), (
+            f"{res.recipe} left every weight unchanged"
+        )
+    assert {"val_rubric_reward", "val_exact", "val_parse"} <= set(dag.metrics)
+
+    runs = {r.data.tags.get("orchestra.recipe"): r for r in _runs(tmp_path)}
+    assert set(runs) == {None, "sft", "dagrpo", "grpo"}  # None: the pipeline run they nest under
+    parent = runs[None].info.run_id
+    for recipe in ("sft", "dagrpo", "grpo"):
+        run = runs[recipe]
+        assert run.data.tags["mlflow.parentRunId"] == parent and run.info.status == "FINISHED"
+        assert run.data.tags["git_commit"] and run.data.tags["orchestra.decision_samples_sha256"]
+        assert "step_wall_s" in run.data.metrics and "val_exact" in run.data.metrics
+        assert run.data.params["orchestra.train.seed"] == "17"
+    assert {"rewards/format/mean", "rewards/decision/mean", "kl", "entropy", "loss"} <= set(
+        runs["dagrpo"].data.metrics
+    )
+    assert {"rewards/answer_reward/mean", "rewards/format_reward/mean"} <= set(runs["grpo"].data.metrics)
+
+    # the published directory is what the LM policy loads
+    spec = ProviderSpec(kind="transformers", model=str(dag.model_dir), state_style="minimal")
+    policy = lm_policy(spec, params.agent)
+    assert policy.fmt == "lines" and policy.style == "minimal"
+
+
+def _train_cli(params_file: Path, **kw: Any) -> subprocess.Popen[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "orchestra.cli", "train", "--recipe", "sft", "--params", str(params_file)]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw
+    )
+
+
+def _params_file(tmp_path: Path, root: Path, name: str, tiny: dict[str, Any]) -> Path:
+    params = _params(tmp_path, root, tiny)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(params.model_dump(mode="json")))
+    return path
+
+
+@pytest.mark.slow
+def test_sft_killed_with_sigkill_resumes_to_the_same_end(
+    built: tuple[Path, str], tmp_path: Path, tiny_train: dict[str, Any]
+) -> None:
+    whole_root = _root(built, tmp_path / "whole")
+    whole = _train_cli(_params_file(tmp_path, whole_root, "whole", tiny_train))
+    _, err = whole.communicate(timeout=600)
+    assert whole.returncode == 0, err[-2000:]
+    expected = json.loads((whole_root / "policy_sft" / "summary.json").read_text())
+
+    root = _root(built, tmp_path / "killed")
+    params_file = _params_file(tmp_path, root, "killed", tiny_train)
+    proc = _train_cli(params_file)
+    ckpt = root / "policy_sft" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while not (ckpt / "checkpoint-20" / "trainer_state.json").is_file():  # killed mid-run, after a checkpoint
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (root / "policy_sft" / "model").exists()
+    again = _train_cli(params_file)
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-2000:]
+    resumed = json.loads((root / "policy_sft" / "summary.json").read_text())
+    assert resumed["resumed"] is True and expected["resumed"] is False
+    assert resumed["steps"] == expected["steps"] == 60
+    assert resumed["metrics"] == expected["metrics"]
+    assert resumed["mlflow_run_id"] == _runs_by_id(tmp_path, resumed["mlflow_run_id"])
+    assert (
+        _weights(root / "policy_sft" / "model").keys() == _weights(whole_root / "policy_sft" / "model").keys()
+    )
+    a, b = _weights(root / "policy_sft" / "model"), _weights(whole_root / "policy_sft" / "model")
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def _runs_by_id(tmp_path: Path, run_id: str) -> str:
+    """The run id if that run exists and finished (the resumed attempt continued the killed one's run)."""
+    run = next(r for r in _runs(tmp_path) if r.info.run_id == run_id)
+    assert run.info.status == "FINISHED"
+    return run.info.run_id
