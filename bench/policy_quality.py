@@ -22,9 +22,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from orchestra.config import data_root, load_params
-from orchestra.training.common import evaluate_policy, file_digest
+from orchestra.training.common import evaluate_policy, file_digest, mean_rubric
 from orchestra.training.examples import PolicyView, load_samples
-from orchestra.training.grpo import mean_rubric
 from orchestra.training.rewards import answers_equal, rubric
 
 RECIPES = ("sft", "grpo", "dagrpo")
@@ -53,12 +52,12 @@ def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  
     for name, (model, tok) in models.items():
         score, rows = evaluate_policy(model, tok, val, view, params.agent, seen)
         reward = mean_rubric([r["output"] for r in rows], val, rubric, params, view.fmt)
-        out[name] = {**score.as_metrics(), "rubric_reward": reward["val_rubric_reward"]}
+        out[name] = {**score.as_metrics(), "rubric_reward": reward["rubric_reward"]}
         print(
             f"{name:10s} exact {score.exact:.3f}  structural {score.structural:.3f}  "
             f"parse {score.parse:.3f}  "
             f"valid {score.valid:.3f}  unseen exact {score.exact_unseen:.3f} ({score.n_unseen})  "
-            f"rubric {reward['val_rubric_reward']:.3f}  n={score.n}",
+            f"rubric {reward['rubric_reward']:.3f}  n={score.n}",
             flush=True,
         )
     return out

@@ -1,10 +1,10 @@
 """SFT sweep: model size x steps x data volume on this machine, scored on the val split.
 
 Usage: python bench/sft_sweep.py [--data data] [--params params.yaml]
-           [--point HIDDEN,LAYERS,STEPS,TRAIN_FRACTION ...] [--out FILE.md]
+           [--point HIDDEN,LAYERS,VOCAB,STEPS,TRAIN_FRACTION ...] [--out FILE.md]
 
-Each point trains the SFT recipe from scratch (the params' other settings) for STEPS optimizer
-steps on the first TRAIN_FRACTION of the train split's decision samples (by seed, so a smaller
+Each point trains the SFT recipe from scratch (the params' other settings; a VOCAB-token BPE) for
+STEPS optimizer steps on the first TRAIN_FRACTION of the train split's decision samples (by seed, so a smaller
 volume is fewer seeds, not fewer states per seed), in a scratch data root and MLflow store, and
 reports the parameter count, wall minutes, tokens per second and the val split's exact,
 structural, parse and validity rates and the exact rate on targets never seen in training.
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_POINTS = ("128,2,600,1.0", "192,4,400,1.0", "192,4,400,0.5", "256,4,300,1.0")
+DEFAULT_POINTS = ("128,2,1000,600,1.0", "192,4,2000,280,1.0", "128,2,1000,600,0.5")
 
 
 def _scratch(root: Path, tmp: Path, fraction: float) -> Path:
@@ -34,7 +34,7 @@ def _scratch(root: Path, tmp: Path, fraction: float) -> Path:
     return out
 
 
-def run_point(params, root: Path, hidden: int, layers: int, steps: int, fraction: float) -> dict:  # type: ignore[no-untyped-def]
+def run_point(params, root: Path, hidden: int, layers: int, vocab: int, steps: int, fraction: float) -> dict:  # type: ignore[no-untyped-def]
     import mlflow
 
     from orchestra.training.sft import train_sft
@@ -44,7 +44,9 @@ def run_point(params, root: Path, hidden: int, layers: int, steps: int, fraction
         db = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
         train = params.train.model_copy(
             update={
-                "policy": params.train.policy.model_copy(update={"hidden_size": hidden, "layers": layers}),
+                "policy": params.train.policy.model_copy(
+                    update={"hidden_size": hidden, "layers": layers, "vocab_size": vocab}
+                ),
                 "sft": params.train.sft.model_copy(update={"max_steps": steps, "save_steps": steps}),
             }
         )
@@ -61,6 +63,7 @@ def run_point(params, root: Path, hidden: int, layers: int, steps: int, fraction
         return {
             "hidden": hidden,
             "layers": layers,
+            "vocab": vocab,
             "steps": steps,
             "fraction": fraction,
             "samples": res.samples,
@@ -78,19 +81,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=None)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
-    ap.add_argument("--point", action="append", default=None, help="HIDDEN,LAYERS,STEPS,TRAIN_FRACTION")
+    ap.add_argument("--point", action="append", default=None, help="HIDDEN,LAYERS,VOCAB,STEPS,TRAIN_FRACTION")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     params = load_params(args.params)
     root = (args.data or data_root(args.params, params)).resolve()
-    head = "| hidden | layers | params (M) | steps | train data | samples | train min | tok/s | exact | structural | parse | valid | exact unseen (n) |"  # noqa: E501
-    lines = [head, "|" + "---|" * 13]
+    head = "| hidden | layers | vocab | params (M) | steps | train data | samples | train min | tok/s | exact | structural | parse | valid | exact unseen (n) |"  # noqa: E501
+    lines = [head, "|" + "---|" * 14]
     best: tuple[float, str] = (-1.0, "")
     for point in args.point or DEFAULT_POINTS:
-        h, la, st, fr = point.split(",")
-        r = run_point(params, root, int(h), int(la), int(st), float(fr))
+        h, la, vo, st, fr = point.split(",")
+        r = run_point(params, root, int(h), int(la), int(vo), int(st), float(fr))
         lines.append(
-            f"| {r['hidden']} | {r['layers']} | {r['params_m']:.2f} | {r['steps']} | {r['fraction']:.0%} | "
+            f"| {r['hidden']} | {r['layers']} | {r['vocab']} | {r['params_m']:.2f} | {r['steps']} | "
+            f"{r['fraction']:.0%} | "
             f"{r['samples']} | {r['train_min']:.1f} | {r['tokens_per_s']:.0f} | {r['exact']:.3f} | "
             f"{r['structural']:.3f} | {r['parse']:.3f} | {r['valid']:.3f} | "
             f"{r['exact_unseen']:.3f} ({r['n_unseen']:.0f}) |"

@@ -165,6 +165,7 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     assert sft.steps == 60 and (root / "policy_sft" / "model" / "orchestra_policy.json").is_file()
     assert not (root / "policy_sft" / "checkpoints").exists()  # removed once the model is published
     assert 0 <= sft.metrics["val_parse"] <= 1 and sft.metrics["val_n"] > 0
+    assert 0 <= sft.metrics["val_rubric_reward"] <= 1 and sft.metrics["val_n_unseen"] < sft.metrics["val_n"]
     summary = json.loads((root / "policy_sft" / "summary.json").read_text())
     assert summary["mlflow_run_id"] == sft.run_id and summary["steps"] == 60
 
@@ -180,6 +181,7 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     runs = {r.data.tags.get("orchestra.recipe"): r for r in _runs(tmp_path)}
     assert set(runs) == {None, "sft", "dagrpo", "grpo"}  # None: the pipeline run they nest under
     parent = runs[None].info.run_id
+    assert runs[None].info.status == "FINISHED"
     for recipe in ("sft", "dagrpo", "grpo"):
         run = runs[recipe]
         assert run.data.tags["mlflow.parentRunId"] == parent and run.info.status == "FINISHED"

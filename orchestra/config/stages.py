@@ -226,7 +226,7 @@ class PolicyInit(_Section):
     base_model: str | None = Field(
         None, description="a local Hugging Face causal-LM directory to start from; null = a new Qwen3"
     )
-    vocab_size: int = Field(4000, ge=300, le=262144, description="BPE vocabulary of a from-scratch policy")
+    vocab_size: int = Field(1000, ge=300, le=262144, description="BPE vocabulary of a from-scratch policy")
     hidden_size: int = Field(128, ge=16, le=8192)
     intermediate_size: int | None = Field(None, ge=16, le=65536, description="MLP width; null = 3 x hidden")
     layers: int = Field(2, ge=1, le=64)
@@ -235,27 +235,26 @@ class PolicyInit(_Section):
 
 
 class SFTParams(_Section):
-    epochs: float = Field(1.0, gt=0, le=100)
-    learning_rate: float = Field(5e-4, gt=0, le=1)
-    batch_size: int = Field(8, ge=1, le=1024)
+    epochs: float = Field(2.0, gt=0, le=100)
+    learning_rate: float = Field(2e-3, gt=0, le=1)
+    batch_size: int = Field(16, ge=1, le=1024)
     max_steps: int = Field(-1, ge=-1, description="-1: as many as the epochs take")
     warmup_steps: int = Field(20, ge=0)
-    save_steps: int = Field(50, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
+    save_steps: int = Field(100, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
 
 
 class GRPOParams(_Section):
-    learning_rate: float = Field(1e-5, gt=0, le=1)
+    learning_rate: float = Field(2e-5, gt=0, le=1)
     num_generations: int = Field(4, ge=2, le=64, description="group size: decisions sampled per prompt")
     steps_per_generation: int = Field(1, ge=1, le=64)
-    per_device_batch_size: int = Field(4, ge=1, le=1024)
+    per_device_batch_size: int = Field(8, ge=1, le=1024)
     beta: float = Field(0.04, gt=0, le=10, description="KL weight to the reference (the SFT policy)")
     epsilon: float = Field(0.2, gt=0, le=1, description="PPO-style clip range")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
-    max_steps: int = Field(50, ge=1)
+    max_steps: int = Field(20, ge=1)
     max_completion_length: int = Field(256, ge=8, le=32768)
     temperature: float = Field(1.0, gt=0, le=5)
-    save_steps: int = Field(10, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
-    format_weight: float = Field(0.5, ge=0, description="outcome GRPO: weight of the format reward")
+    save_steps: int = Field(5, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
     use_vllm: bool = Field(False, description="generate with vLLM (GPU, the `gpu` extra)")
     vllm_mode: Literal["server", "colocate"] = Field(
         "colocate", description="server: a `trl vllm-serve` process; colocate: in the trainer's GPUs"
@@ -270,6 +269,10 @@ class GRPOParams(_Section):
         if self.save_steps % self.steps_per_generation:
             raise ValueError("save_steps must be a multiple of steps_per_generation (an exact resume point)")
         return self
+
+
+class OutcomeGRPOParams(GRPOParams):
+    format_weight: float = Field(0.5, ge=0, description="weight of the format reward (answer: 1)")
 
 
 class RubricWeights(_Section):
@@ -288,7 +291,7 @@ class TrainParams(_Section):
     seed: Seed = 17
     policy: PolicyInit = PolicyInit()
     sft: SFTParams = SFTParams()
-    grpo: GRPOParams = GRPOParams()
+    grpo: OutcomeGRPOParams = OutcomeGRPOParams()
     dagrpo: DAGRPOParams = DAGRPOParams()
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.agent.state import OrchestraState
-from orchestra.config import AgentParams
+from orchestra.config import AgentParams, Params
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.schemas import DecisionSample
 from orchestra.training.examples import DecisionScore, PolicyView, score_decisions
@@ -25,7 +25,9 @@ __all__ = [
     "file_digest",
     "generate",
     "evaluate_policy",
+    "mean_rubric",
     "publish",
+    "validation_metrics",
 ]
 
 RECIPES = ("sft", "grpo", "dagrpo")
@@ -185,6 +187,42 @@ def evaluate_policy(
     prompts = [view.messages(OrchestraState.model_validate(s.state), agent) for s in samples]
     outputs = generate(model, tokenizer, prompts, agent.decision_tokens)
     return score_decisions(outputs, samples, view.fmt, seen)
+
+
+RUBRIC_PARTS = ("format", "validity", "tools", "decision")
+
+
+def mean_rubric(
+    outputs: Sequence[str], samples: Sequence[DecisionSample], score: Any, params: Params, fmt: str
+) -> dict[str, float]:
+    """Mean rubric parts and weighted total (``train.dagrpo.rubric``) of ``outputs`` on ``samples``;
+    ``score`` is a rubric (``reward_model.make_rubric``)."""
+    parts = [
+        score(t, OrchestraState.model_validate(s.state), s.decision, fmt)
+        for t, s in zip(outputs, samples, strict=True)
+    ]
+    n = max(1, len(parts))
+    out = {f"rubric_{k}": sum(getattr(p, k) for p in parts) / n for k in RUBRIC_PARTS}
+    out["rubric_reward"] = sum(p.total(params.train.dagrpo.rubric) for p in parts) / n
+    return out
+
+
+def validation_metrics(
+    model: Any,
+    tokenizer: Any,
+    samples: Sequence[DecisionSample],
+    view: PolicyView,
+    params: Params,
+    train_targets: Collection[str],
+) -> tuple[dict[str, float], list[Mapping[str, Any]]]:
+    """What every recipe reports on the val split: the decision rates (:func:`evaluate_policy`) and
+    the mean rubric reward of the same outputs, each prefixed ``val_``; and the per-sample rows."""
+    from orchestra.training.reward_model import make_rubric
+
+    score, rows = evaluate_policy(model, tokenizer, samples, view, params.agent, train_targets)
+    reward = mean_rubric([r["output"] for r in rows], samples, make_rubric(params), params, view.fmt)
+    metrics = {**score.as_metrics("val_"), **{f"val_{k}": v for k, v in reward.items()}}
+    return metrics, rows
 
 
 def publish(

@@ -13,15 +13,21 @@ from orchestra.agent.state import OrchestraState
 from orchestra.config import GRPOParams, Params
 from orchestra.errors import StageError
 from orchestra.schemas import DecisionSample
-from orchestra.training.common import RunDirs, TrainResult, base_args, evaluate_policy, file_digest, publish
-from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.common import (
+    RUBRIC_PARTS,
+    RunDirs,
+    TrainResult,
+    base_args,
+    file_digest,
+    publish,
+    validation_metrics,
+)
+from orchestra.training.examples import load_samples
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 from orchestra.training.sft import samples_path
 
-__all__ = ["RUBRIC_PARTS", "grpo_config", "rubric_rewards", "start_policy", "train_dagrpo"]
-
-RUBRIC_PARTS = ("format", "validity", "tools", "decision")
+__all__ = ["grpo_config", "rubric_rewards", "start_policy", "train_dagrpo"]
 
 
 def start_policy(root: Path) -> Path:
@@ -148,8 +154,9 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
             callbacks=[step_callback()],
         )
         trainer.train(resume_from_checkpoint=True if resume else None)
-        metrics = _final(trainer, model, tokenizer, val, view, params, make_rubric(params))
-        publish(model, tokenizer, view, dirs, metrics.pop("_rows"), metrics)  # type: ignore[arg-type]
+        seen = {view.target(s.decision) for s in train}
+        metrics, val_rows = validation_metrics(model, tokenizer, val, view, params, seen)
+        publish(model, tokenizer, view, dirs, val_rows, metrics)
     dirs.finish()
     return TrainResult(
         "dagrpo",
@@ -161,37 +168,3 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
         resume,
         time.perf_counter() - t0,
     )
-
-
-def mean_rubric(
-    outputs: Sequence[str],
-    samples: Sequence[DecisionSample],
-    score: Callable[[str, OrchestraState, Action, str], RubricScores],
-    params: Params,
-    fmt: str,
-) -> dict[str, float]:
-    """Mean rubric parts and weighted total of ``outputs`` on ``samples``."""
-    parts = [
-        score(t, OrchestraState.model_validate(s.state), s.decision, fmt)
-        for t, s in zip(outputs, samples, strict=True)
-    ]
-    n = max(1, len(parts))
-    out = {f"val_rubric_{k}": sum(getattr(p, k) for p in parts) / n for k in RUBRIC_PARTS}
-    out["val_rubric_reward"] = sum(p.total(params.train.dagrpo.rubric) for p in parts) / n
-    return out
-
-
-def _final(
-    trainer: Any,
-    model: Any,
-    tokenizer: Any,
-    val: Sequence[DecisionSample],
-    view: PolicyView,
-    params: Params,
-    score: Any,
-) -> dict[str, Any]:
-    score_val, rows = evaluate_policy(model, tokenizer, val, view, params.agent)
-    metrics: dict[str, Any] = score_val.as_metrics("val_")
-    metrics.update(mean_rubric([r["output"] for r in rows], val, score, params, view.fmt))
-    metrics["_rows"] = rows
-    return metrics

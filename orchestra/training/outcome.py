@@ -13,9 +13,9 @@ from orchestra.backends.chat import ChatResult
 from orchestra.config import AgentParams, GRPOParams, Params
 from orchestra.errors import StageError
 from orchestra.schemas import Task
-from orchestra.training.common import RunDirs, TrainResult, file_digest, publish
+from orchestra.training.common import RunDirs, TrainResult, file_digest, publish, validation_metrics
 from orchestra.training.examples import PolicyView, load_samples
-from orchestra.training.grpo import _final, _order, grpo_config, start_policy
+from orchestra.training.grpo import _order, grpo_config, start_policy
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import answers_equal
 from orchestra.training.sft import samples_path
@@ -135,7 +135,6 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     from orchestra.data.trajectories import load_verified
     from orchestra.tools.cache import open_perception_cache
     from orchestra.tools.registry import default_registry
-    from orchestra.training.reward_model import make_rubric
     from orchestra.training.tracking import recipe_run, step_callback
 
     t0 = time.perf_counter()
@@ -150,9 +149,11 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
         {"prompt": [{"role": "user", "content": ids[i]}]}
         for i in _order(len(ids), n_prompts, params.train.seed)
     ]
-    val = load_samples(path, ["val"])
+    samples = load_samples(path)
+    val = [s for s in samples if s.split == "val"]
     start = start_policy(root)
     model, tokenizer, view = load_policy(start)
+    seen = {view.target(s.decision) for s in samples if s.split == "train"}
     dirs = RunDirs(root / "policy_grpo")
     fingerprint = {
         "recipe": "grpo",
@@ -188,8 +189,8 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
             rollout_func=make_rollout(tasks, env, view, params.agent, gp),
         )
         trainer.train(resume_from_checkpoint=True if resume else None)
-        metrics = _final(trainer, model, tokenizer, val, view, params, make_rubric(params))
-        publish(model, tokenizer, view, dirs, metrics.pop("_rows"), metrics)
+        metrics, val_rows = validation_metrics(model, tokenizer, val, view, params, seen)
+        publish(model, tokenizer, view, dirs, val_rows, metrics)
     dirs.finish()
     return TrainResult(
         "grpo",

@@ -12,7 +12,14 @@ from orchestra.agent.state import OrchestraState
 from orchestra.config import AgentParams, Params
 from orchestra.errors import StageError
 from orchestra.schemas import DecisionSample
-from orchestra.training.common import RunDirs, TrainResult, base_args, evaluate_policy, file_digest, publish
+from orchestra.training.common import (
+    RunDirs,
+    TrainResult,
+    base_args,
+    file_digest,
+    publish,
+    validation_metrics,
+)
 from orchestra.training.examples import PolicyView, load_samples
 from orchestra.training.policy import build_policy, n_params
 
@@ -84,8 +91,8 @@ def train_sft(params: Params, root: Path) -> TrainResult:
             num_train_epochs=sp.epochs,
             lr_scheduler_type="cosine",
             warmup_steps=sp.warmup_steps,
-            max_length=None,  # states are bounded by the render budget; padding-free needs no cut
-            padding_free=True,  # one row per batch, no pad tokens (works with sdpa on CPU)
+            max_length=params.train.policy.max_length,
+            train_sampling_strategy="group_by_length",  # batches of like lengths: little padding
         )
         trainer = SFTTrainer(
             model=model,
@@ -96,12 +103,9 @@ def train_sft(params: Params, root: Path) -> TrainResult:
         )
         trainer.train(resume_from_checkpoint=True if resume else None)
         seen = {r["completion"][0]["content"] for r in rows}
-        score, val_rows = evaluate_policy(model, tokenizer, val, view, params.agent, seen)
+        metrics, val_rows = validation_metrics(model, tokenizer, val, view, params, seen)
         losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]  # restored on resume too
-        metrics = {
-            **score.as_metrics("val_"),
-            "train_loss_last": float(losses[-1]) if losses else float("nan"),
-        }
+        metrics["train_loss_last"] = float(losses[-1]) if losses else float("nan")
         publish(model, tokenizer, view, dirs, val_rows, metrics)
     dirs.finish()
     return TrainResult(

@@ -77,7 +77,8 @@ def recipe_run(
     params: Params, root: Path, recipe: str, tags: Mapping[str, str], resume_id: str | None = None
 ) -> Iterator[str]:
     """An active MLflow run for ``recipe`` (TRL's ``report_to="mlflow"`` logs into it), nested under
-    the pipeline run of ``$ORCHESTRA_PIPELINE_RUN`` (else one per git commit and data digest), tagged
+    the pipeline run of ``$ORCHESTRA_PIPELINE_RUN`` (else one per git commit and data digest; its
+    status is that of the latest recipe to end in it), tagged
     with ``tags`` and the git commit, the orchestra params logged with an ``orchestra.`` prefix.
     ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
     The run ends FAILED if the body raises."""
@@ -111,8 +112,10 @@ def recipe_run(
         yield str(run.info.run_id)
     except BaseException:
         mlflow.end_run("FAILED")
+        client.set_terminated(parent, "FAILED")
         raise
     mlflow.end_run("FINISHED")
+    client.set_terminated(parent, "FINISHED")  # as of its latest recipe; a later one adds a child
 
 
 def step_callback() -> Any:
