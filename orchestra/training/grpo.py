@@ -27,7 +27,7 @@ from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 from orchestra.training.sft import samples_path
 
-__all__ = ["grpo_config", "rubric_rewards", "start_policy", "train_dagrpo"]
+__all__ = ["grpo_config", "prompt_order", "rubric_rewards", "start_policy", "train_dagrpo"]
 
 
 def start_policy(root: Path) -> Path:
@@ -88,7 +88,9 @@ def rubric_rewards(
     return [part(name) for name in RUBRIC_PARTS]
 
 
-def _order(n: int, count: int, seed: int) -> list[int]:
+def prompt_order(n: int, count: int, seed: int) -> list[int]:
+    """``count`` indices into ``n`` prompts: shuffled passes by ``seed``, cut to length (a GRPO run
+    is one pass over this list, so a resumed run sees the same prompts)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -115,7 +117,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     model, tokenizer, view = load_policy(start)
     by_id = {s.sample_id: s for s in train}
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
-    picked = [train[i] for i in _order(len(train), n_prompts, params.train.seed)]
+    picked = [train[i] for i in prompt_order(len(train), n_prompts, params.train.seed)]
     rows = [
         {
             "prompt": view.messages(OrchestraState.model_validate(s.state), params.agent),

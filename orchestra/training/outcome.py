@@ -15,7 +15,7 @@ from orchestra.errors import StageError
 from orchestra.schemas import Task
 from orchestra.training.common import RunDirs, TrainResult, file_digest, publish, validation_metrics
 from orchestra.training.examples import PolicyView, load_samples
-from orchestra.training.grpo import _order, grpo_config, start_policy
+from orchestra.training.grpo import grpo_config, prompt_order, start_policy
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import answers_equal
 from orchestra.training.sft import samples_path
@@ -147,7 +147,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
     rows = [
         {"prompt": [{"role": "user", "content": ids[i]}]}
-        for i in _order(len(ids), n_prompts, params.train.seed)
+        for i in prompt_order(len(ids), n_prompts, params.train.seed)
     ]
     samples = load_samples(path)
     val = [s for s in samples if s.split == "val"]
