@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from orchestra.training.policy import save_policy
 
 __all__ = [
     "RECIPES",
+    "RecipeRun",
     "RunDirs",
     "TrainResult",
     "base_args",
@@ -27,6 +29,7 @@ __all__ = [
     "evaluate_policy",
     "mean_rubric",
     "publish",
+    "train_and_publish",
     "validation_metrics",
 ]
 
@@ -243,3 +246,39 @@ def publish(
         save_policy(model, tokenizer, view, tmp)
     atomic_write_text(dirs.root / "val_decisions.jsonl", "".join(dump_json(dict(r)) + "\n" for r in rows))
     mlflow.log_artifacts(str(dirs.model), artifact_path="model")
+
+
+@dataclass(frozen=True)
+class RecipeRun:
+    """One recipe's run as its end needs it: the name, the checkpoint folder, whether it resumes,
+    its MLflow run, when it started."""
+
+    recipe: str
+    dirs: RunDirs
+    resume: bool
+    run_id: str
+    t0: float
+
+
+def train_and_publish(
+    run: RecipeRun,
+    trainer: Any,
+    model: Any,
+    view: PolicyView,
+    params: Params,
+    val: Sequence[DecisionSample],
+    train_targets: Collection[str],
+    n_samples: int,
+) -> TrainResult:
+    """The end every recipe shares, inside its MLflow run: train (from the last checkpoint when
+    resuming), score on the val split (plus the last logged training loss, which a resumed run
+    restores), publish, drop the checkpoints."""
+    trainer.train(resume_from_checkpoint=True if run.resume else None)
+    tok = trainer.processing_class
+    metrics, rows = validation_metrics(model, tok, val, view, params, train_targets)
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    metrics["train_loss_last"] = float(losses[-1]) if losses else float("nan")
+    publish(model, tok, view, run.dirs, rows, metrics)
+    run.dirs.finish()
+    steps, wall = trainer.state.global_step, time.perf_counter() - run.t0
+    return TrainResult(run.recipe, run.dirs.model, steps, n_samples, metrics, run.run_id, run.resume, wall)

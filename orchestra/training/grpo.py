@@ -15,12 +15,12 @@ from orchestra.errors import StageError
 from orchestra.schemas import DecisionSample
 from orchestra.training.common import (
     RUBRIC_PARTS,
+    RecipeRun,
     RunDirs,
     TrainResult,
     base_args,
     file_digest,
-    publish,
-    validation_metrics,
+    train_and_publish,
 )
 from orchestra.training.examples import load_samples
 from orchestra.training.policy import load_policy
@@ -155,18 +155,6 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
             processing_class=tokenizer,
             callbacks=[step_callback()],
         )
-        trainer.train(resume_from_checkpoint=True if resume else None)
         seen = {view.target(s.decision) for s in train}
-        metrics, val_rows = validation_metrics(model, tokenizer, val, view, params, seen)
-        publish(model, tokenizer, view, dirs, val_rows, metrics)
-    dirs.finish()
-    return TrainResult(
-        "dagrpo",
-        dirs.model,
-        trainer.state.global_step,
-        len(rows),
-        metrics,
-        run_id,
-        resume,
-        time.perf_counter() - t0,
-    )
+        run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
+        return train_and_publish(run, trainer, model, view, params, val, seen, len(rows))

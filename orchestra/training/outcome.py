@@ -13,7 +13,7 @@ from orchestra.backends.chat import ChatResult
 from orchestra.config import AgentParams, GRPOParams, Params
 from orchestra.errors import StageError
 from orchestra.schemas import Task
-from orchestra.training.common import RunDirs, TrainResult, file_digest, publish, validation_metrics
+from orchestra.training.common import RecipeRun, RunDirs, TrainResult, file_digest, train_and_publish
 from orchestra.training.examples import PolicyView, load_samples
 from orchestra.training.grpo import grpo_config, prompt_order, start_policy
 from orchestra.training.policy import load_policy
@@ -188,17 +188,5 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
             callbacks=[step_callback()],
             rollout_func=make_rollout(tasks, env, view, params.agent, gp),
         )
-        trainer.train(resume_from_checkpoint=True if resume else None)
-        metrics, val_rows = validation_metrics(model, tokenizer, val, view, params, seen)
-        publish(model, tokenizer, view, dirs, val_rows, metrics)
-    dirs.finish()
-    return TrainResult(
-        "grpo",
-        dirs.model,
-        trainer.state.global_step,
-        len(rows),
-        metrics,
-        run_id,
-        resume,
-        time.perf_counter() - t0,
-    )
+        run = RecipeRun("grpo", dirs, resume, run_id, t0)
+        return train_and_publish(run, trainer, model, view, params, val, seen, len(rows))

@@ -13,12 +13,12 @@ from orchestra.config import AgentParams, Params
 from orchestra.errors import StageError
 from orchestra.schemas import DecisionSample
 from orchestra.training.common import (
+    RecipeRun,
     RunDirs,
     TrainResult,
     base_args,
     file_digest,
-    publish,
-    validation_metrics,
+    train_and_publish,
 )
 from orchestra.training.examples import PolicyView, load_samples
 from orchestra.training.policy import build_policy, n_params
@@ -101,20 +101,6 @@ def train_sft(params: Params, root: Path) -> TrainResult:
             processing_class=tokenizer,
             callbacks=[step_callback()],
         )
-        trainer.train(resume_from_checkpoint=True if resume else None)
         seen = {r["completion"][0]["content"] for r in rows}
-        metrics, val_rows = validation_metrics(model, tokenizer, val, view, params, seen)
-        losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]  # restored on resume too
-        metrics["train_loss_last"] = float(losses[-1]) if losses else float("nan")
-        publish(model, tokenizer, view, dirs, val_rows, metrics)
-    dirs.finish()
-    return TrainResult(
-        "sft",
-        dirs.model,
-        trainer.state.global_step,
-        len(train),
-        metrics,
-        run_id,
-        resume,
-        time.perf_counter() - t0,
-    )
+        run = RecipeRun("sft", dirs, resume, run_id, t0)
+        return train_and_publish(run, trainer, model, view, params, val, seen, len(train))
