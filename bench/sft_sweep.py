@@ -39,7 +39,7 @@ def run_point(params, root: Path, hidden: int, layers: int, vocab: int, steps: i
 
     from orchestra.training.sft import train_sft
 
-    with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".bench-", dir=root.parent) as tmp:
         data = _scratch(root, Path(tmp), fraction)
         db = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
         train = params.train.model_copy(

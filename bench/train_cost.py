@@ -47,7 +47,7 @@ def seconds_per_step(recipe: str, params, root: Path, steps: int, cache: bool) -
 
     from orchestra.training.run import train_recipe
 
-    with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".bench-", dir=root.parent) as tmp:
         data = _scratch(root, Path(tmp), val=4, cache=cache)
         db = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
         gp = params.train.dagrpo
