@@ -60,7 +60,7 @@ def _stage_asset(
 
     @dg.asset(name=name, group_name=group, deps=deps, description=description, kinds=kinds)
     def stage(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-        os.environ[PIPELINE_ENV] = context.run_id  # the training runs of one Dagster run nest in MLflow
+        os.environ[PIPELINE_ENV] = context.run.run_id  # the training runs of one Dagster run nest in MLflow
         return _materialize(context, params, name, what)
 
     return stage
@@ -166,4 +166,24 @@ policy_grpo = _stage_asset(
     "the train tasks, reward = answer correctness + format.",
     {"pytorch", "mlflow"},
     group="training",
+)
+benchmark_scores = _stage_asset(
+    "benchmark_scores",
+    "rows",
+    [policy_sft, policy_dagrpo, policy_grpo],
+    "The papers' ablation ladder on the embedded benchmark (the test split): react, orchestra with the "
+    "untrained, SFT, outcome-GRPO and DA-GRPO policies, linear at equal policy, the Maestro system and the "
+    "oracle upper bound; per row OmniGAIA-format items, results.json and summary.json (EM with bootstrap "
+    "intervals, by Level, category, task type; tool calls, latency, tokens, cost).",
+    {"python", "json"},
+    group="evaluation",
+)
+report = _stage_asset(
+    "report",
+    "rows",
+    benchmark_scores,
+    "The tables as Markdown (overall, by Level, by category, linear vs orchestra), accuracy-by-Level and "
+    "reward-curve plots (read back from MLflow), logged to an MLflow run.",
+    {"python", "mlflow"},
+    group="evaluation",
 )

@@ -8,12 +8,14 @@ import dagster as dg
 
 from dagster_project.assets import (
     anchor_facts,
+    benchmark_scores,
     decision_samples,
     decision_samples_are_valid,
     expert_trajectories,
     policy_dagrpo,
     policy_grpo,
     policy_sft,
+    report,
     rewrite_candidates,
     seed_tasks,
     verified_samples,
@@ -32,6 +34,8 @@ defs = dg.Definitions(
         policy_sft,
         policy_dagrpo,
         policy_grpo,
+        benchmark_scores,
+        report,
     ],
     asset_checks=[verified_samples_are_clean, decision_samples_are_valid],
     resources={"params": ParamsResource(path=os.environ.get("ORCHESTRA_PARAMS", "params.yaml"))},

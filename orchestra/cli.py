@@ -11,6 +11,7 @@ from orchestra.agent import cli as agent_cli
 from orchestra.backends.cli import app as backends_app
 from orchestra.cli_common import fail
 from orchestra.errors import OrchestraError
+from orchestra.evaluation import cli as eval_cli
 from orchestra.tools.cli import app as tools_app
 from orchestra.world.cli import app as world_app
 
@@ -22,6 +23,8 @@ app.add_typer(tools_app, name="tools", help="List the tools and run one on a fil
 app.add_typer(backends_app, name="backends", help="The expert pool: list it, calibrate its skill vectors.")
 app.command("answer")(agent_cli.answer)
 app.command("serve")(agent_cli.serve)
+app.command("eval")(eval_cli.eval_command)
+app.command("report")(eval_cli.report_command)
 
 
 @params_app.command("check")

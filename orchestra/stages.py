@@ -57,6 +57,18 @@ def _policy(recipe: str) -> StageFn:
     return train
 
 
+def _benchmark_scores(params: Params, root: Path) -> dict[str, Any]:
+    from orchestra.evaluation.report import build_benchmark_scores
+
+    return build_benchmark_scores(params, root)
+
+
+def _report(params: Params, root: Path) -> dict[str, Any]:
+    from orchestra.evaluation.report import build_report
+
+    return build_report(params, root)
+
+
 STAGES: dict[str, StageFn] = {
     "seed_tasks": _seed_tasks,
     "anchor_facts": _anchor_facts,
@@ -67,6 +79,8 @@ STAGES: dict[str, StageFn] = {
     "policy_sft": _policy("sft"),
     "policy_dagrpo": _policy("dagrpo"),
     "policy_grpo": _policy("grpo"),
+    "benchmark_scores": _benchmark_scores,
+    "report": _report,
 }
 
 

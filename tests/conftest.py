@@ -37,6 +37,8 @@ TINY_TRAIN = {
     "grpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 2, "max_completion_length": 48,
              "save_steps": 1, "learning_rate": 1e-3},
 }  # fmt: skip
+#: ``eval`` params of the smallest benchmark_scores: every row, two tasks each, two turns at most
+TINY_EVAL = {"tasks": 2, "max_turns": 2, "concurrency": 2}
 
 
 @pytest.fixture(scope="session")

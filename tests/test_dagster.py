@@ -7,10 +7,12 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
+from conftest import TINY_EVAL
 
 from dagster_project.assets import seed_tasks
 from dagster_project.definitions import defs
 from dagster_project.resources import ParamsResource
+from orchestra.evaluation.report import LADDER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,6 +84,7 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
     data = yaml.safe_load(params.read_text())
     data["seed"]["world"].update(n_seeds=10, n_entities=30)
     data["train"] = tiny_train
+    data["eval"].update(TINY_EVAL)
     params.write_text(yaml.safe_dump(data))
     result = dg.materialize(
         [*(location.assets or []), *(location.asset_checks or [])],  # type: ignore[list-item]
@@ -99,6 +102,18 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
         assert (Path(meta["model_dir"].value) / "model.safetensors").is_file()
         assert meta["mlflow_run_id"].value and 0 <= meta["metrics"].value["val_valid"] <= 1
     assert (tmp_path / "mlflow.db").is_file()  # the project's store, beside the params file
+    meta = result.asset_materializations_for_node("benchmark_scores")[0].metadata
+    assert meta["dagster/row_count"].value == len(LADDER)
+    assert set(meta["accuracy"].value) == {r.key for r in LADDER}
+    assert meta["accuracy"].value["orchestra_oracle"] == 1.0
+    scores = json.loads((tmp_path / "data" / "benchmark_scores" / "scores.json").read_text())
+    assert all(s["n"] == TINY_EVAL["tasks"] for s in scores.values())
+    report = (tmp_path / "data" / "report" / "report.md").read_text()
+    assert all(r.label in report for r in LADDER)
+    for png in ("accuracy_by_level.png", "reward_curves.png"):
+        assert (tmp_path / "data" / "report" / png).stat().st_size > 1000
+    meta = result.asset_materializations_for_node("report")[0].metadata
+    assert meta["mlflow_run_id"].value and meta["reward_curves"].value == ["dagrpo", "grpo"]
 
 
 def test_the_cli_runs_pooled_perception_steps_one_after_another(tmp_path: Path) -> None:

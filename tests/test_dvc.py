@@ -1,5 +1,6 @@
 """DVC: `dvc repro` on a copy of the project builds the stages, and a second repro finds nothing to do."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import TINY_EVAL
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = ROOT / ".venv-dvc" / "bin" / "dvc"
@@ -28,6 +30,7 @@ def project_copy(tmp_path: Path, tiny_train: dict) -> Path:
     params["seed"]["limit"] = 12
     params["seed"]["world"].update(n_seeds=12, n_entities=40)
     params["train"] = tiny_train
+    params["eval"].update(TINY_EVAL)
     (dst / "params.yaml").write_text(yaml.safe_dump(params))
     return dst
 
@@ -49,6 +52,10 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
     assert "Running stage 'rewrite_candidates'" in first
     assert (project_copy / "data" / "rewrite_candidates" / "candidates.jsonl").is_file()
     assert (project_copy / "data" / "policy_dagrpo" / "model" / "model.safetensors").is_file()
+    assert (project_copy / "data" / "report" / "report.md").is_file()
+    metrics = json.loads(dvc("metrics", "show", "--json"))  # benchmark_scores' metrics, as DVC reads them
+    shown = next(iter(metrics.values()))["data"]["data/benchmark_scores/metrics.json"]["data"]
+    assert shown["orchestra_oracle"]["em"] == 1.0
     second = dvc("repro")
     assert "up to date" in second, second
     assert "Running stage" not in second

@@ -42,6 +42,7 @@ class TransformersChat:
         self.context_tokens: int | None = int(ctx) if isinstance(ctx, int) and ctx > 0 else None
         self.model_name = path.name
         self.max_new_tokens, self.seed = max_new_tokens, seed
+        self.temperature = 0.0  # > 0: sample (seeded by ``seed`` on every call), else greedy
         self._torch = torch
         self._lock = threading.Lock()
 
@@ -71,11 +72,12 @@ class TransformersChat:
         with self._lock:
             enc = self.tokenizer(prompt, return_tensors="pt")
             self._torch.manual_seed(self.seed)
+            sample = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {}
             with self._torch.no_grad():
                 out = self.model.generate(
                     **enc,
                     max_new_tokens=self.max_new_tokens,
-                    do_sample=False,
+                    **(sample or {"do_sample": False}),
                     pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id or 0,
                 )
         new = out[0, enc["input_ids"].shape[1] :]

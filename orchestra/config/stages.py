@@ -295,13 +295,39 @@ class TrainParams(_Section):
     dagrpo: DAGRPOParams = DAGRPOParams()
 
 
+#: the rows of the papers' tables (orchestra.evaluation.report.LADDER), in table order
+EVAL_ROWS = (
+    "react_oracle",
+    "orchestra_untrained",
+    "orchestra_sft",
+    "orchestra_grpo",
+    "orchestra_dagrpo",
+    "linear_dagrpo",
+    "maestro_oracle",
+    "linear_oracle",
+    "orchestra_oracle",
+)
+
+
 class EvalParams(_Section):
-    systems: list[Literal["orchestra", "linear", "react", "maestro"]] = Field(
-        default_factory=lambda: ["orchestra", "linear", "react", "maestro"], min_length=1
+    rows: list[str] = Field(
+        default_factory=lambda: list(EVAL_ROWS), min_length=1, description="benchmark_scores rows"
     )
+    tasks: int | None = Field(
+        40, ge=1, description="the first N tasks of the embedded benchmark for every row; null = all"
+    )
+    concurrency: int = Field(2, ge=1, le=64, description="tasks run at once within a row")
     judge_provider: str | None = Field(None, description="optional LLM judge on top of exact match")
     sc_k: int = Field(1, ge=1, le=64, description="Maestro self-consistency samples")
     max_turns: int = Field(8, ge=1, le=64)
+
+    @field_validator("rows")
+    @classmethod
+    def _known_rows(cls, v: list[str]) -> list[str]:
+        bad = [r for r in v if r not in EVAL_ROWS]
+        if bad:
+            raise ValueError(f"unknown rows {bad}; allowed: {list(EVAL_ROWS)}")
+        return v
 
 
 class TrackingParams(_Section):

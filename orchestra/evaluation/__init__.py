@@ -1,0 +1,1 @@
+"""Evaluation: the OmniGAIA-compatible harness, the protocol's scorer, the papers' tables."""

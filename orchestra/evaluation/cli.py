@@ -1,0 +1,113 @@
+"""`orchestra eval` (one system and policy over a benchmark) and `orchestra report` (the papers' tables)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from orchestra.cli_common import fail
+from orchestra.errors import OrchestraError
+
+
+def eval_command(
+    benchmark: Path = typer.Option(..., "--benchmark", "-b", help="an OmniGAIA-format JSON task list"),
+    out: Path = typer.Option(..., "--out", "-o", help="output folder (a rerun resumes it)"),
+    media_root: Path | None = typer.Option(
+        None, "--media-root", help="where the media paths point (default: BENCHMARK's folder/media)"
+    ),
+    world: Path | None = typer.Option(
+        None, "--world", help="folder with kb/pages.jsonl (default: BENCHMARK's folder, if it has kb/)"
+    ),
+    system: str = typer.Option("orchestra", "--system", "-s", help="orchestra | linear | react | maestro"),
+    policy: str = typer.Option(
+        "oracle",
+        "--policy",
+        "-p",
+        help="oracle | untrained | checkpoint:DIR | openai:MODEL | a key of params providers",
+    ),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="only the first N tasks"),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, max=64, help="tasks run at once"),
+    samples: int = typer.Option(1, "--samples", min=1, max=64, help="trajectories per task (majority vote)"),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="sampling with --samples > 1"),
+    judge: str | None = typer.Option(None, "--judge", help="a params provider (openai) as the LLM judge"),
+    registry: Path | None = typer.Option(
+        None, "--registry", help="an expert registry file instead of params' (plug-and-play experts)"
+    ),
+    pool: int | None = typer.Option(None, "--pool", min=1, help="keep only the first N experts of the pool"),
+    max_turns: int = typer.Option(8, "--max-turns", min=1, max=64),
+    params_file: Path = typer.Option(Path("params.yaml"), "--params", help="agent/tools/providers sections"),
+) -> None:
+    """Run a system and policy over a benchmark: per-item JSONL, results.json, summary.json in OUT."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestra.config import Params, data_root, load_params
+    from orchestra.evaluation.runner import EvalConfig, run_eval
+
+    try:
+        params = load_params(params_file) if params_file.is_file() else Params()
+        cfg = EvalConfig(
+            benchmark=benchmark,
+            out=out,
+            system=system,
+            policy=policy,
+            media_root=media_root,
+            world=world,
+            limit=limit,
+            concurrency=concurrency,
+            samples=samples,
+            temperature=temperature,
+            judge=judge,
+            registry=registry,
+            pool=pool,
+            max_turns=max_turns,
+            data_dir=data_root(params_file, params) if params_file.is_file() else None,
+        )
+        right = [0, 0]
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        ) as bar:
+            job = bar.add_task(f"{system}/{policy}", total=None)
+
+            def on_item(item: dict, done: int, total: int) -> None:
+                right[0] += item["em_score"]
+                right[1] += 1
+                acc = f"EM {right[0] / right[1]:.3f} over {right[1]} run now"
+                bar.update(job, completed=done, total=total, description=f"{system}/{policy} {acc}")
+
+            summary = run_eval(params, cfg, on_item=on_item)
+    except (OrchestraError, OSError) as e:
+        raise fail(e) from e
+    acc = summary["accuracy"]
+    line = {
+        "n": summary["n"],
+        "em": round(acc["em"]["mean"], 4),
+        "em_ci": [round(x, 4) for x in acc["em"]["ci"]],
+        "judge": None if acc["judge"] is None else round(acc["judge"]["mean"], 4),
+        "not_run": summary["not_run"]["count"],
+        "summary": str(out / "summary.json"),
+    }
+    typer.echo(json.dumps(line))
+
+
+def report_command(
+    params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
+    rescore: bool = typer.Option(
+        True, "--eval/--no-eval", help="evaluate the ladder first (benchmark_scores), or only re-render"
+    ),
+) -> None:
+    """The papers' tables on the embedded benchmark: run benchmark_scores (every row of eval.rows),
+    then report (data/report/report.md, plots, an MLflow run); print the Markdown."""
+    from orchestra.config import data_root, load_params
+    from orchestra.stages import run_stage
+
+    try:
+        params = load_params(params_file)
+        root = data_root(params_file, params)
+        if rescore:
+            run_stage("benchmark_scores", params, root)
+        run_stage("report", params, root)
+    except (OrchestraError, OSError) as e:
+        raise fail(e) from e
+    typer.echo((root / "report" / "report.md").read_text(encoding="utf-8"))

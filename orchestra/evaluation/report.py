@@ -1,0 +1,305 @@
+"""The papers' tables on the embedded benchmark: ``benchmark_scores`` runs the ladder, ``report`` prints it.
+
+``benchmark_scores`` evaluates every row of :data:`LADDER` that ``eval.rows`` keeps (the same first
+``eval.tasks`` tasks of the test split for each) with :func:`~orchestra.evaluation.runner.run_eval`,
+each row in its own folder of ``data/benchmark_scores/`` (items, results.json, summary.json), plus
+``scores.json`` (every row's summary) and ``metrics.json`` (flat numbers, DVC metrics). ``report``
+turns them into ``report.md`` (overall with intervals, by Level, by category, linear vs orchestra
+at equal policy), ``accuracy_by_level.png`` and ``reward_curves.png`` (read back from the MLflow
+runs of the two GRPO recipes), and logs the numbers and files to an MLflow run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestra.config import Params
+from orchestra.errors import StageError
+from orchestra.evaluation.scoring import CATEGORIES, CATEGORY_SHORT, LEVELS
+from orchestra.io import atomic_dir, atomic_write_text, dump_json
+
+__all__ = ["LADDER", "Row", "build_benchmark_scores", "build_report", "markdown_report"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the tables: a system driven by a policy (``oracle``, ``untrained`` or a recipe)."""
+
+    key: str
+    label: str
+    system: str
+    policy: str
+
+    def policy_arg(self, root: Path) -> str:
+        if self.policy in ("oracle", "untrained"):
+            return self.policy
+        path = root / f"policy_{self.policy}" / "model"
+        if not (path / "config.json").is_file():
+            raise StageError(f"row {self.key}: {path} has no model; materialize policy_{self.policy} first")
+        return f"checkpoint:{path}"
+
+
+LADDER = (
+    Row("react_oracle", "ReAct: one agent, every tool (oracle plan, one step a turn)", "react", "oracle"),
+    Row("orchestra_untrained", "orchestra + untrained policy", "orchestra", "untrained"),
+    Row("orchestra_sft", "orchestra + SFT", "orchestra", "sft"),
+    Row("orchestra_grpo", "orchestra + SFT + outcome GRPO (Maestro's recipe)", "orchestra", "grpo"),
+    Row("orchestra_dagrpo", "orchestra + SFT + DA-GRPO (Orchestra-o1)", "orchestra", "dagrpo"),
+    Row("linear_dagrpo", "linear (one sub-task at a time) + DA-GRPO", "linear", "dagrpo"),
+    Row("maestro_oracle", "Maestro system (oracle, one Model@@Skill search a turn)", "maestro", "oracle"),
+    Row("linear_oracle", "linear + oracle", "linear", "oracle"),
+    Row("orchestra_oracle", "orchestra + oracle (upper bound)", "orchestra", "oracle"),
+)
+_BY_KEY = {r.key: r for r in LADDER}
+
+
+def benchmark_file(root: Path) -> Path:
+    path = root / "verified_samples" / "benchmark" / "tasks.json"
+    if not path.is_file():
+        raise StageError(f"{path}: no embedded benchmark; materialize verified_samples first")
+    return path
+
+
+def build_benchmark_scores(params: Params, root: Path) -> dict[str, Any]:
+    """Evaluate each row of ``eval.rows`` on the embedded benchmark; writes data/benchmark_scores/."""
+    from orchestra.evaluation.runner import EvalConfig, run_eval
+
+    root = Path(root)
+    bench, ep = benchmark_file(root), params.eval
+    rows = [_BY_KEY[k] for k in ep.rows]
+    policies = {r.key: r.policy_arg(root) for r in rows}  # every model present before any row runs
+    scores: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    with atomic_dir(root / "benchmark_scores") as tmp:
+        for row in rows:
+            t = time.perf_counter()
+            cfg = EvalConfig(
+                benchmark=bench,
+                out=tmp / row.key,
+                system=row.system,
+                policy=policies[row.key],
+                limit=ep.tasks,
+                concurrency=ep.concurrency,
+                samples=ep.sc_k if row.policy not in ("oracle",) else 1,
+                judge=ep.judge_provider,
+                max_turns=ep.max_turns,
+                data_dir=root,
+                seed=params.train.seed,
+            )
+            summary = run_eval(params, cfg)
+            scores[row.key] = {
+                "label": row.label,
+                "system": row.system,
+                "policy": row.policy,
+                "wall_s": round(time.perf_counter() - t, 1),
+                **{k: v for k, v in summary.items() if k not in ("system", "policy")},
+            }
+        atomic_write_text(tmp / "scores.json", dump_json(scores) + "\n")
+        atomic_write_text(tmp / "metrics.json", dump_json(flat_metrics(scores)) + "\n")
+    return {
+        "rows": len(rows),
+        "tasks": next(iter(scores.values()))["n"] if scores else 0,
+        "accuracy": {k: round(v["accuracy"]["em"]["mean"], 4) for k, v in scores.items()},
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def flat_metrics(scores: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per row: EM and its interval, judge (when run), per-Level EM, latency, tokens, cost."""
+    out: dict[str, dict[str, float]] = {}
+    for key, s in scores.items():
+        em = s["accuracy"]["em"]
+        m = {"em": em["mean"], "em_lo": em["ci"][0], "em_hi": em["ci"][1]}
+        if s["accuracy"].get("judge"):
+            m["judge"] = s["accuracy"]["judge"]["mean"]
+        for lv in LEVELS:
+            if lv in s["by_level"]:
+                m[f"em_{lv.lower()}"] = s["by_level"][lv]["em"]["mean"]
+        m.update(
+            latency_p50_s=s["latency_s"]["p50"],
+            latency_p95_s=s["latency_s"]["p95"],
+            tool_calls=s["avg_tool_calls"],
+            tokens_mean=s["tokens"]["mean"],
+            cost_mean=s["cost"]["mean"],
+            not_run=float(s["not_run"]["count"]),
+        )
+        out[key] = {k: round(float(v), 6) for k, v in m.items()}
+    return out
+
+
+def _pct(block: Mapping[str, Any] | None) -> str:
+    if not block:
+        return "-"
+    lo, hi = block["ci"]
+    return f"{100 * block['mean']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def markdown_report(scores: Mapping[str, Any]) -> str:
+    """The tables as Markdown (see the module docstring)."""
+    if not scores:
+        return "# Benchmark report\n\nNo rows were evaluated.\n"
+    n = next(iter(scores.values()))["n"]
+    out = [
+        "# Benchmark report",
+        "",
+        f"The embedded benchmark (the test split of verified_samples), the first {n} tasks for every row. "
+        "EM: OmniGAIA's exact match (case and whitespace only), in %, with a bootstrap 95% interval. "
+        "The oracle rows replay each task's own program: an upper bound, not a policy.",
+        "",
+        "## Overall and by Level",
+        "",
+        "| row | system | policy | EM % [95% CI] | " + " | ".join(LEVELS) + " | judge % | tool calls | "
+        "latency p50 / p95 s | tokens | cost | not run |",
+        "|---|---|---|---|" + "---|" * len(LEVELS) + "---|---|---|---|---|---|",
+    ]
+    for s in scores.values():
+        levels = [_pct(s["by_level"].get(lv, {}).get("em")) if lv in s["by_level"] else "-" for lv in LEVELS]
+        out.append(
+            f"| {s['label']} | {s['system']} | {s['policy']} | {_pct(s['accuracy']['em'])} | "
+            + " | ".join(levels)
+            + f" | {_pct(s['accuracy'].get('judge'))} | {s['avg_tool_calls']:.1f} | "
+            f"{s['latency_s']['p50']:.2f} / {s['latency_s']['p95']:.2f} | {s['tokens']['mean']:.0f} | "
+            f"{s['cost']['mean']:.4f} | {s['not_run']['count']} |"
+        )
+    cats = [c for c in CATEGORIES if any(c in s["by_category"] for s in scores.values())]
+    cats += sorted({c for s in scores.values() for c in s["by_category"]} - set(cats))
+    if cats:
+        first = next(iter(scores.values()))["by_category"]
+        heads = [f"{CATEGORY_SHORT.get(c, c)} (n={first.get(c, {}).get('n', 0)})" for c in cats]
+        out += ["", "## By category (EM %)", "", "| row | " + " | ".join(heads) + " |"]
+        out.append("|---|" + "---|" * len(cats))
+        for s in scores.values():
+            got = s["by_category"]
+            cells = [f"{100 * got[c]['em']['mean']:.1f}" if c in got else "-" for c in cats]
+            out.append(f"| {s['label']} | " + " | ".join(cells) + " |")
+    pairs = [
+        (lin, orch)
+        for lin in scores.values()
+        for orch in scores.values()
+        if lin["system"] == "linear" and orch["system"] == "orchestra" and lin["policy"] == orch["policy"]
+    ]
+    if pairs:
+        out += [
+            "",
+            "## Linear vs orchestra at equal policy",
+            "",
+            "| policy | linear EM % | orchestra EM % | linear p50 s | orchestra p50 s | speed-up (p50) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for lin, orch in pairs:
+            a, b = lin["latency_s"]["p50"], orch["latency_s"]["p50"]
+            speed = f"{a / b:.2f}x" if b > 0 else "-"
+            out.append(
+                f"| {lin['policy']} | {100 * lin['accuracy']['em']['mean']:.1f} | "
+                f"{100 * orch['accuracy']['em']['mean']:.1f} | {a:.2f} | {b:.2f} | {speed} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def _level_plot(scores: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    keys = list(scores)
+    x = np.arange(len(LEVELS))
+    width = 0.8 / max(1, len(keys))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for i, k in enumerate(keys):
+        s = scores[k]["by_level"]
+        ys = [100 * s[lv]["em"]["mean"] if lv in s else 0.0 for lv in LEVELS]
+        ax.bar(x + i * width - 0.4 + width / 2, ys, width, label=k)
+    ax.set_xticks(x, LEVELS)
+    ax.set_ylabel("EM %")
+    ax.set_ylim(0, 105)
+    ax.set_title("Accuracy by Level per system and policy (embedded benchmark)")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def reward_histories(params: Params, root: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """The per-step reward metrics of the two GRPO recipes' MLflow runs (their summary.json names
+    the run): ``reward`` and every ``rewards/<part>/mean``."""
+    import mlflow
+
+    from orchestra.training.tracking import tracking_uri
+
+    client = mlflow.MlflowClient(tracking_uri(params, root))
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for recipe in ("dagrpo", "grpo"):
+        summary = root / f"policy_{recipe}" / "summary.json"
+        if not summary.is_file():
+            continue
+        run_id = json.loads(summary.read_text(encoding="utf-8")).get("mlflow_run_id")
+        if not run_id:
+            continue
+        run = client.get_run(run_id)
+        keys = [
+            k for k in run.data.metrics if k == "reward" or (k.startswith("rewards/") and k.endswith("/mean"))
+        ]
+        out[recipe] = {
+            k: [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)]
+            for k in sorted(keys)
+        }
+    return out
+
+
+def _reward_plot(curves: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, max(1, len(curves)), figsize=(5 * max(1, len(curves)), 3.8), squeeze=False)
+    for ax, (recipe, series) in zip(axes[0], curves.items(), strict=False):
+        for name, points in series.items():
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=name)
+        ax.set_title(f"policy_{recipe}: reward per step (MLflow)")
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def build_report(params: Params, root: Path) -> dict[str, Any]:
+    """report.md and the two plots from benchmark_scores and MLflow; logged to an MLflow run."""
+    import mlflow
+
+    from orchestra.training.common import file_digest
+    from orchestra.training.tracking import recipe_run
+
+    root = Path(root)
+    path = root / "benchmark_scores" / "scores.json"
+    if not path.is_file():
+        raise StageError(f"{path}: no scores; materialize benchmark_scores first")
+    scores = json.loads(path.read_text(encoding="utf-8"))
+    curves = reward_histories(params, root)
+    text = markdown_report(scores)
+    samples = root / "decision_samples" / "samples.jsonl"
+    tags = {
+        "orchestra.benchmark_scores_sha256": file_digest(path),
+        "orchestra.decision_samples_sha256": file_digest(samples) if samples.is_file() else "",
+    }
+    with atomic_dir(root / "report") as tmp:
+        atomic_write_text(tmp / "report.md", text)
+        _level_plot(scores, tmp / "accuracy_by_level.png")
+        _reward_plot(curves, tmp / "reward_curves.png")
+        with recipe_run(params, root, "report", tags) as run_id:
+            for key, m in flat_metrics(scores).items():
+                mlflow.log_metrics({f"{key}.{k}": v for k, v in m.items()})
+            for name in ("report.md", "accuracy_by_level.png", "reward_curves.png"):
+                mlflow.log_artifact(str(tmp / name))
+        meta = {"rows": len(scores), "mlflow_run_id": run_id, "reward_curves": sorted(curves)}
+        atomic_write_text(tmp / "summary.json", dump_json(meta) + "\n")
+    return meta

@@ -1,0 +1,425 @@
+"""`orchestra eval`: run a system and policy over an OmniGAIA-format benchmark, resumably.
+
+Each finished item is appended to ``items.jsonl`` in ``--out`` as soon as it ends (one line, flushed
+and fsynced), so a killed run loses at most the items in flight and a rerun skips what is there. An
+item keeps the task's own fields and adds what OmniGAIA's tooling reads (``predicted_answer``,
+``em_score``, ``llm_equal``, ``tool_call_num``, ``messages``) and ours (the trajectory file, tokens,
+cost, latency, the run's ``error``). An item that cannot run (a media file missing, no program for
+the oracle, a policy error) is recorded wrong with its ``not_run`` reason, never dropped. At the
+end ``results.json`` (the items as one list, the shape OmniGAIA's re-evaluation script reads) and
+``summary.json`` (:func:`summarize`, plus pass@1 / sc@K / pass@K with ``--samples K``) are written
+atomically from every item, in benchmark order, so a resumed run's summary equals an uninterrupted
+one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestra.config import Params, ProviderSpec
+from orchestra.errors import OrchestraError
+from orchestra.evaluation.scoring import LLMJudge, exact_match, extract_answer, numeric_match, summarize
+from orchestra.io import atomic_write_text, dump_json, record_dict
+from orchestra.schemas import Task, Trajectory, read_tasks_json
+
+__all__ = ["EvalConfig", "EvalError", "item_messages", "load_items", "run_eval"]
+
+ITEMS_FILE = "items.jsonl"
+RUN_FILE = "run.json"
+
+
+class EvalError(OrchestraError):
+    """An evaluation that cannot start: a bad benchmark, policy or output folder."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One evaluation: which benchmark, where its media are, which system and policy, where to write.
+
+    ``policy``: ``oracle`` (replays each task's ``solution_program``), ``untrained`` (the SFT
+    policy's architecture and tokenizer with fresh weights: the ladder's floor),
+    ``checkpoint:DIR`` (a trained model directory), ``openai:MODEL`` (params' ``openai`` provider
+    with that model) or a key of params ``providers``. ``samples`` > 1 runs each item that many
+    times (a trained policy sampling at ``temperature``) and answers by majority vote.
+    ``registry`` swaps the expert registry file (plug-and-play: experts the policy never saw);
+    ``pool`` keeps only the first N experts of the pool (the pool-scaling curve). ``data_dir``: the
+    project's data folder, for its perception cache and the SFT model ``untrained`` copies."""
+
+    benchmark: Path
+    out: Path
+    system: str = "orchestra"
+    policy: str = "oracle"
+    media_root: Path | None = None
+    world: Path | None = None
+    limit: int | None = None
+    concurrency: int = 1
+    samples: int = 1
+    temperature: float = 0.7
+    judge: str | None = None
+    registry: Path | None = None
+    pool: int | None = None
+    max_turns: int = 8
+    data_dir: Path | None = None
+    seed: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def media(self) -> Path:
+        return self.media_root or self.benchmark.parent / "media"
+
+    def kb(self) -> Path | None:
+        if self.world is not None:
+            return self.world
+        return self.benchmark.parent if (self.benchmark.parent / "kb").is_dir() else None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What makes two runs the same run (``limit`` and ``concurrency`` do not)."""
+        digest = hashlib.sha256(self.benchmark.read_bytes()).hexdigest()
+        keep = ("system", "policy", "samples", "temperature", "judge", "registry", "pool", "max_turns")
+        keep += ("seed",)
+        out = {"benchmark_sha256": digest, **{k: _plain(asdict(self)[k]) for k in keep}}
+        if self.policy.startswith("checkpoint:"):  # a retrained model is another run
+            out["model_sha256"] = _dir_digest(Path(self.policy.split(":", 1)[1]))
+        return out
+
+
+def _dir_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else ():
+        h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _plain(v: Any) -> Any:
+    return str(v) if isinstance(v, Path) else v
+
+
+def load_items(out: Path) -> dict[str, dict[str, Any]]:
+    """The finished items of ``out``, by task id. A last line cut short by a kill is dropped (and
+    trimmed from the file, so the next append starts a clean line)."""
+    path = out / ITEMS_FILE
+    if not path.is_file():
+        return {}
+    data = path.read_bytes()
+    good = data[: data.rfind(b"\n") + 1]
+    if len(good) != len(data):
+        with path.open("r+b") as f:
+            f.truncate(len(good))
+    items = {}
+    for line in good.decode("utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            items[str(row["id"])] = row
+    return items
+
+
+def item_messages(traj: Trajectory) -> list[dict[str, str]]:
+    """The main agent's chat: the system message, then each state and decision, then the final
+    ``<answer>…</answer>`` (empty when the run gave none)."""
+    msgs: list[dict[str, str]] = []
+    for step in traj.steps:
+        for m in step.state_messages:
+            if m.get("role") == "system" and msgs:
+                continue
+            msgs.append({"role": str(m.get("role")), "content": str(m.get("content", ""))})
+        if step.raw_output is not None:
+            msgs.append({"role": "assistant", "content": step.raw_output})
+    msgs.append({"role": "assistant", "content": f"<answer>{traj.answer or ''}</answer>"})
+    return msgs
+
+
+def _tool_calls(traj: Trajectory) -> int:
+    return sum(int(u.get("calls", 0)) for u in (traj.accounting.get("tool") or {}).values())
+
+
+def _missing_media(task: Task, media: Path) -> list[str]:
+    out = []
+    for m in task.omni_modal_input:
+        p = Path(m.path)
+        if not (p if p.is_absolute() else media / p).is_file():
+            out.append(m.path)
+    return out
+
+
+def _vote(answers: Sequence[str]) -> str:
+    """The most frequent non-empty answer (first seen wins a tie); empty when all are."""
+    counts = Counter(a for a in answers if a.strip())
+    if not counts:
+        return ""
+    best = max(counts.values())
+    return next(a for a in answers if counts.get(a) == best)
+
+
+class _Policies:
+    """Builds the policy a run asks for, once per run (a trained model is loaded once)."""
+
+    def __init__(self, params: Params, cfg: EvalConfig) -> None:
+        self.params, self.cfg = params, cfg
+        self._lm: list[Any] | None = None
+
+    def _trained(self) -> list[Any]:
+        from orchestra.agent.lm_policy import lm_policy
+        from orchestra.agent.systems import system_format
+
+        p, cfg, agent = self.params, self.cfg, self.params.agent
+        name = cfg.policy
+        if name == "untrained":
+            spec = ProviderSpec(kind="transformers", model=str(_untrained_dir(p, cfg)))
+        elif name.startswith("checkpoint:"):
+            spec = ProviderSpec(kind="transformers", model=name.split(":", 1)[1])
+        elif name.startswith("openai:"):
+            base = p.providers.get("openai")
+            if base is None or base.kind != "openai":
+                raise EvalError("policy openai:MODEL needs an 'openai' entry in params providers (base_url)")
+            spec = base.model_copy(update={"model": name.split(":", 1)[1]})
+        elif name in p.providers and p.providers[name].kind != "builtin":
+            spec = p.providers[name]
+        else:
+            raise EvalError(
+                f"unknown policy {name!r}: oracle, untrained, checkpoint:DIR, openai:MODEL "
+                f"or a key of params providers ({', '.join(sorted(p.providers))})"
+            )
+        first = lm_policy(spec, agent, fmt=system_format(cfg.system), name=name)  # type: ignore[arg-type]
+        out = [first]
+        for k in range(1, cfg.samples):
+            out.append(_sampling_copy(first, cfg.temperature, cfg.seed + k))
+        if cfg.samples > 1:
+            out[0] = _sampling_copy(first, cfg.temperature, cfg.seed)
+        return out
+
+    def get(self, task: Task, k: int) -> Any:
+        from orchestra.agent.policies import oracle_for
+
+        if self.cfg.policy == "oracle":
+            if not task.solution_program:
+                raise EvalError("no solution_program: the oracle replays a task's program")
+            return oracle_for(task, self.cfg.system, self.params.agent)
+        if self._lm is None:
+            self._lm = self._trained()
+        return self._lm[k]
+
+
+def _sampling_copy(policy: Any, temperature: float, seed: int) -> Any:
+    """The same policy sampling at ``temperature`` with ``seed`` (a local model shares its weights;
+    a remote client gets the temperature in its request)."""
+    import copy
+
+    p = copy.copy(policy)
+    client = copy.copy(policy.client)
+    client.temperature, client.seed = temperature, seed
+    p.client = client
+    return p
+
+
+def _untrained_dir(params: Params, cfg: EvalConfig) -> Path:
+    """A model directory with the SFT policy's config, tokenizer and view and fresh weights (cached
+    beside the eval output)."""
+    src = (cfg.data_dir or cfg.out) / "policy_sft" / "model"
+    if not (src / "config.json").is_file():
+        raise EvalError(f"policy untrained: {src} has no model (materialize policy_sft first)")
+    dst = cfg.out / "untrained_model"
+    if not (dst / "config.json").is_file():
+        import shutil
+
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        torch.manual_seed(cfg.seed)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(src))
+        tmp = cfg.out / "untrained_model.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        for f in src.iterdir():
+            if f.is_file() and not f.name.endswith((".safetensors", ".bin")) and f.name != "config.json":
+                shutil.copy2(f, tmp / f.name)
+        os.replace(tmp, dst)
+    return dst
+
+
+def _append(path: Path, row: Mapping[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _base_item(task: Task) -> dict[str, Any]:
+    return {**record_dict(task), "id": task.id}
+
+
+def _scored(
+    task: Task, item: dict[str, Any], judge: LLMJudge | None, answers: Sequence[str]
+) -> dict[str, Any]:
+    pred = item["predicted_answer"]
+    item["em_score"] = exact_match(pred, task.answer)
+    item["numeric_score"] = numeric_match(pred, task.answer)
+    if judge is not None:
+        v = judge.judge(task.question, pred, task.answer)
+        item["llm_equal"], item["judge"] = int(v.equal), v.reason
+    else:
+        item["llm_equal"], item["judge"] = None, None
+    if len(answers) > 1:
+        item["samples"] = [{"answer": a, "em_score": exact_match(a, task.answer)} for a in answers]
+    return item
+
+
+def _failed(task: Task, reason: str, judge: LLMJudge | None, samples: int) -> dict[str, Any]:
+    item = _base_item(task)
+    item.update(
+        predicted_answer="",
+        tool_call_num=0,
+        messages=[],
+        trajectory=None,
+        tokens=0,
+        cost=0.0,
+        latency_s=0.0,
+        error=None,
+        not_run=reason,
+    )
+    return _scored(task, item, judge, [""] * samples if samples > 1 else [""])
+
+
+def run_eval(
+    params: Params, cfg: EvalConfig, on_item: Callable[[dict[str, Any], int, int], None] | None = None
+) -> dict[str, Any]:
+    """Evaluate ``cfg`` (see :class:`EvalConfig`); returns the summary (also in ``summary.json``).
+    ``on_item(item, done, total)`` is called after each finished item (the CLI's progress bar)."""
+    from orchestra.agent.systems import SYSTEMS, Environment, backend_pool, run_task
+    from orchestra.tools.cache import open_perception_cache
+    from orchestra.tools.registry import default_registry
+
+    if cfg.system not in SYSTEMS:
+        raise EvalError(f"unknown system {cfg.system!r}; valid: {', '.join(SYSTEMS)}")
+    if cfg.samples < 1 or cfg.concurrency < 1:
+        raise EvalError("--samples and --concurrency must be at least 1")
+    if not cfg.benchmark.is_file():
+        raise EvalError(f"{cfg.benchmark}: no benchmark file")
+    tasks = read_tasks_json(cfg.benchmark)[: cfg.limit]
+    ids = [str(t.id) for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise EvalError(f"{cfg.benchmark}: task ids repeat; each item needs its own id")
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    fp = cfg.fingerprint()
+    run_file = cfg.out / RUN_FILE
+    if run_file.is_file():
+        old = json.loads(run_file.read_text(encoding="utf-8"))
+        if old != fp:
+            diff = sorted(k for k in fp if old.get(k) != fp[k])
+            raise EvalError(f"{cfg.out} holds another run (differs in {', '.join(diff)}): use another --out")
+    else:
+        atomic_write_text(run_file, dump_json(fp) + "\n")
+    done = load_items(cfg.out)
+    todo = [t for t in tasks if str(t.id) not in done]
+    judge = LLMJudge(params.providers[cfg.judge]) if cfg.judge else None
+    if cfg.judge and cfg.judge not in params.providers:
+        raise EvalError(f"--judge {cfg.judge!r} is not a key of params providers")
+    agent = params.agent
+    if cfg.registry is not None:
+        agent = agent.model_copy(update={"registry": str(cfg.registry)})
+    backends = backend_pool(agent, params.providers)
+    if cfg.pool is not None:
+        backends = _cut_pool(backends, cfg.pool)
+    policies = _Policies(params.model_copy(update={"agent": agent}), cfg)
+    traj_dir = cfg.out / "trajectories"
+    traj_dir.mkdir(exist_ok=True)
+    items_path = cfg.out / ITEMS_FILE
+    finished = len(tasks) - len(todo)
+    cache = open_perception_cache(cfg.data_dir, params.tools) if cfg.data_dir is not None else None
+
+    with cache or nullcontext(), default_registry(cfg.kb(), params.tools, cache=cache) as tools:
+        env = Environment(
+            tools=tools,
+            backends=backends,
+            agent=agent,
+            media_root=cfg.media(),
+            max_turns=cfg.max_turns,
+            seed=cfg.seed,
+        )
+
+        async def one(task: Task) -> dict[str, Any]:
+            missing = _missing_media(task, cfg.media())
+            if missing:
+                return _failed(task, f"media missing: {', '.join(missing)}", judge, cfg.samples)
+            trajs = []
+            try:
+                for k in range(cfg.samples):
+                    trajs.append(await run_task(task, cfg.system, policies.get(task, k), env))  # type: ignore[arg-type]
+            except OrchestraError as e:
+                return _failed(task, f"{type(e).__name__}: {e}", judge, cfg.samples)
+            answers = [extract_answer(item_messages(t), t.answer) for t in trajs]
+            first = trajs[0]
+            path = traj_dir / f"{_safe(task.id)}.json"
+            atomic_write_text(path, json.dumps(record_dict(first), ensure_ascii=False) + "\n")
+            item = _base_item(task)
+            item.update(
+                predicted_answer=_vote(answers) if cfg.samples > 1 else answers[0],
+                tool_call_num=_tool_calls(first),
+                messages=item_messages(first),
+                trajectory=str(path.relative_to(cfg.out)),
+                tokens=sum(t.tokens for t in trajs),
+                cost=sum(t.cost for t in trajs),
+                latency_s=first.latency_s,
+                error=first.error,
+                not_run=None,
+            )
+            return _scored(task, item, judge, answers)
+
+        async def main() -> None:
+            nonlocal finished
+            gate = asyncio.Semaphore(cfg.concurrency)
+
+            async def guarded(task: Task) -> None:
+                nonlocal finished
+                async with gate:
+                    item = await one(task)
+                _append(items_path, item)
+                done[str(task.id)] = item
+                finished += 1
+                if on_item is not None:
+                    on_item(item, finished, len(tasks))
+
+            await asyncio.gather(*(guarded(t) for t in todo))
+
+        asyncio.run(main())
+    return write_summary(cfg, [done[i] for i in ids])
+
+
+def _safe(task_id: Any) -> str:
+    text = str(task_id)
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "item"
+
+
+def _cut_pool(backends: Any, n: int) -> Any:
+    from orchestra.backends.base import BackendRegistry
+
+    names = list(backends.names())
+    if n < 1 or n > len(names):
+        raise EvalError(f"--pool {n}: the pool has {len(names)} experts")
+    return BackendRegistry(backends.get(name) for name in names[:n])
+
+
+def write_summary(cfg: EvalConfig, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """summary.json and results.json from every item, in benchmark order (atomic writes)."""
+    summary = summarize(items)
+    summary["system"], summary["policy"] = cfg.system, cfg.policy
+    if cfg.samples > 1:
+        k = cfg.samples
+        per = [[s["em_score"] for s in it.get("samples") or []] or [0] * k for it in items]
+        n = max(1, len(items))
+        summary["self_consistency"] = {
+            "k": k,
+            "pass_at_1": sum(sum(p) / len(p) for p in per) / n,
+            f"sc_at_{k}": sum(it["em_score"] for it in items) / n,
+            f"pass_at_{k}": sum(any(p) for p in per) / n,
+        }
+    atomic_write_text(cfg.out / "results.json", json.dumps(list(items), ensure_ascii=False, indent=1) + "\n")
+    atomic_write_text(cfg.out / "summary.json", dump_json(summary) + "\n")
+    return summary
