@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -193,10 +194,23 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     )
     assert {"rewards/answer_reward/mean", "rewards/format_reward/mean"} <= set(runs["grpo"].data.metrics)
 
-    # the published directory is what the LM policy loads
-    spec = ProviderSpec(kind="transformers", model=str(dag.model_dir), state_style="minimal")
+    # the published directory is what the LM policy loads, read as it was trained (its saved view wins)
+    spec = ProviderSpec(kind="transformers", model=str(dag.model_dir), state_style="verbose")
     policy = lm_policy(spec, params.agent)
-    assert policy.fmt == "lines" and policy.style == "minimal"
+    assert policy.fmt == "lines" and policy.style == "bare"
+
+
+def test_sft_rows_repeat_first_decisions_and_the_bare_view_names_no_pool(built: tuple[Path, str]) -> None:
+    from orchestra.config import AgentParams
+    from orchestra.training.examples import PolicyView, load_samples
+    from orchestra.training.sft import sft_examples
+
+    samples = load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"])
+    view = PolicyView()
+    once, thrice = sft_examples(samples, view, AgentParams()), sft_examples(samples, view, AgentParams(), 3)
+    first = [r for r in once if not re.search(r"^E\d+ ", r["prompt"][1]["content"], re.M)]  # no evidence yet
+    assert first and len(thrice) == len(once) + 2 * len(first)
+    assert all(r["prompt"][0] == {"role": "system", "content": "lines"} for r in once)
 
 
 def _train_cli(params_file: Path, **kw: Any) -> subprocess.Popen[str]:

@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 
-Style = Literal["verbose", "compact", "minimal"]
-STYLES: tuple[Style, ...] = ("verbose", "compact", "minimal")
+Style = Literal["verbose", "compact", "minimal", "bare"]
+STYLES: tuple[Style, ...] = ("verbose", "compact", "minimal", "bare")
 
 
 class ContextBudgetError(OrchestraError):
@@ -274,6 +274,14 @@ _STYLES["minimal"] = _Style(
     evidence=render_evidence_compact,
     history=_STYLES["compact"].history,
 )
+# A policy trained on one pool learns it: only the format is named (the pool's names, some 40% of a
+# small policy's state tokens and paid on every training sample, would say nothing it does not know).
+_STYLES["bare"] = _Style(
+    system=lambda b, t, fmt, _describe: str(fmt),
+    user=_compact_user,
+    evidence=render_evidence_compact,
+    history=_STYLES["compact"].history,
+)
 
 
 def _newest_fitting(costs: Sequence[int], room: int) -> int:
@@ -299,7 +307,8 @@ def render_state(
 
     ``style``: ``verbose`` (role, rules, descriptions and the goal grammar: for LLM policies) or
     ``compact`` (names and numbers only: for a small trained policy) or ``minimal`` (compact with
-    the pool reduced to names: for a policy trained on that pool). The fixed part (system
+    the pool reduced to names: for a policy trained on that pool) or ``bare`` (compact without the
+    pool: for a policy trained on one fixed pool). The fixed part (system
     prompt, question, modal inputs) is measured first; if it alone exceeds the budget, backend/tool
     descriptions are dropped, and if that is still too long :class:`ContextBudgetError` is raised.
     The rest of the budget goes to the context and history: the newest history entries that fit in

@@ -32,9 +32,9 @@ class ProviderSpec(_Section):
     decision_format: Literal["json", "lines"] = Field(
         "json", description="what a policy on this provider writes in the orchestra system"
     )
-    state_style: Literal["verbose", "compact", "minimal"] = Field(
+    state_style: Literal["verbose", "compact", "minimal", "bare"] = Field(
         "verbose",
-        description="how a policy reads states: verbose (LLM) | compact | minimal (a trained policy)",
+        description="how a policy reads states: verbose (LLM) | compact | minimal | bare (a trained policy)",
     )
 
     @model_validator(mode="after")
@@ -241,6 +241,13 @@ class SFTParams(_Section):
     max_steps: int = Field(-1, ge=-1, description="-1: as many as the epochs take")
     warmup_steps: int = Field(20, ge=0)
     save_steps: int = Field(100, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
+    first_decision_repeats: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="each first decision (the whole plan, the hardest to get right) appears this many "
+        "times per epoch",
+    )
 
 
 class GRPOParams(_Section):
@@ -320,6 +327,10 @@ class EvalParams(_Section):
     judge_provider: str | None = Field(None, description="optional LLM judge on top of exact match")
     sc_k: int = Field(1, ge=1, le=64, description="Maestro self-consistency samples")
     max_turns: int = Field(8, ge=1, le=64)
+    untrained_tasks: int = Field(
+        4, ge=1, description="the untrained row's tasks: each try of it is decision_tokens of noise"
+    )
+    untrained_turns: int = Field(1, ge=1, le=64, description="the untrained row's turn budget")
 
     @field_validator("rows")
     @classmethod

@@ -78,22 +78,24 @@ def build_benchmark_scores(params: Params, root: Path) -> dict[str, Any]:
     with atomic_dir(root / "benchmark_scores") as tmp:
         for row in rows:
             t = time.perf_counter()
+            floor = row.policy == "untrained"  # never valid: a cut-down run shows it (README, Evaluation)
+            tasks = min(ep.tasks or 10**9, ep.untrained_tasks) if floor else ep.tasks
             cfg = EvalConfig(
                 benchmark=bench,
                 out=tmp / row.key,
                 system=row.system,
                 policy=policies[row.key],
-                limit=ep.tasks,
+                limit=tasks,
                 concurrency=ep.concurrency,
                 samples=ep.sc_k if row.policy not in ("oracle",) else 1,
                 judge=ep.judge_provider,
-                max_turns=ep.max_turns,
+                max_turns=ep.untrained_turns if floor else ep.max_turns,
                 data_dir=root,
                 seed=params.train.seed,
             )
             summary = run_eval(params, cfg)
             scores[row.key] = {
-                "label": row.label,
+                "label": row.label + (f" ({tasks} tasks, {cfg.max_turns} turn(s) at most)" if floor else ""),
                 "system": row.system,
                 "policy": row.policy,
                 "wall_s": round(time.perf_counter() - t, 1),
@@ -103,16 +105,22 @@ def build_benchmark_scores(params: Params, root: Path) -> dict[str, Any]:
         atomic_write_text(tmp / "metrics.json", dump_json(flat_metrics(scores)) + "\n")
     return {
         "rows": len(rows),
-        "tasks": next(iter(scores.values()))["n"] if scores else 0,
+        "tasks": max((s["n"] for s in scores.values()), default=0),
         "accuracy": {k: round(v["accuracy"]["em"]["mean"], 4) for k, v in scores.items()},
         "wall_s": round(time.perf_counter() - t0, 1),
     }
 
 
+def in_ladder_order(scores: Mapping[str, Any]) -> dict[str, Any]:
+    """The rows in :data:`LADDER` order (a JSON file's keys come back sorted), others after."""
+    keys = [r.key for r in LADDER if r.key in scores] + sorted(k for k in scores if k not in _BY_KEY)
+    return {k: scores[k] for k in keys}
+
+
 def flat_metrics(scores: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """Per row: EM and its interval, judge (when run), per-Level EM, latency, tokens, cost."""
     out: dict[str, dict[str, float]] = {}
-    for key, s in scores.items():
+    for key, s in in_ladder_order(scores).items():
         em = s["accuracy"]["em"]
         m = {"em": em["mean"], "em_lo": em["ci"][0], "em_hi": em["ci"][1]}
         if s["accuracy"].get("judge"):
@@ -143,13 +151,16 @@ def markdown_report(scores: Mapping[str, Any]) -> str:
     """The tables as Markdown (see the module docstring)."""
     if not scores:
         return "# Benchmark report\n\nNo rows were evaluated.\n"
-    n = next(iter(scores.values()))["n"]
+    scores = in_ladder_order(scores)
+    n = max(s["n"] for s in scores.values())
     out = [
         "# Benchmark report",
         "",
         f"The embedded benchmark (the test split of verified_samples), the first {n} tasks for every row. "
         "EM: OmniGAIA's exact match (case and whitespace only), in %, with a bootstrap 95% interval. "
-        "The oracle rows replay each task's own program: an upper bound, not a policy.",
+        "The oracle rows replay each task's own program: an upper bound, not a policy. Latencies are "
+        "measured with the perception cache on (a cached perception returns at once), so they show the "
+        "policy's and the scheduler's time; bench/parallel_speedup.py compares linear and orchestra cold.",
         "",
         "## Overall and by Level",
         "",
@@ -169,7 +180,7 @@ def markdown_report(scores: Mapping[str, Any]) -> str:
     cats = [c for c in CATEGORIES if any(c in s["by_category"] for s in scores.values())]
     cats += sorted({c for s in scores.values() for c in s["by_category"]} - set(cats))
     if cats:
-        first = next(iter(scores.values()))["by_category"]
+        first = max(scores.values(), key=lambda s: s["n"])["by_category"]
         heads = [f"{CATEGORY_SHORT.get(c, c)} (n={first.get(c, {}).get('n', 0)})" for c in cats]
         out += ["", "## By category (EM %)", "", "| row | " + " | ".join(heads) + " |"]
         out.append("|---|" + "---|" * len(cats))
@@ -208,6 +219,7 @@ def _level_plot(scores: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    scores = in_ladder_order(scores)
     keys = list(scores)
     x = np.arange(len(LEVELS))
     width = 0.8 / max(1, len(keys))

@@ -88,6 +88,8 @@ class EvalConfig:
         out = {"benchmark_sha256": digest, **{k: _plain(asdict(self)[k]) for k in keep}}
         if self.policy.startswith("checkpoint:"):  # a retrained model is another run
             out["model_sha256"] = _dir_digest(Path(self.policy.split(":", 1)[1]))
+        elif self.policy == "untrained":  # fresh weights on the SFT policy's config and tokenizer
+            out["model_sha256"] = _dir_digest((self.data_dir or self.out) / "policy_sft" / "model")
         return out
 
 

@@ -28,7 +28,7 @@ __all__ = [
 class PolicyView:
     """How a trained policy reads states and writes decisions (saved beside its weights)."""
 
-    style: Style = "minimal"
+    style: Style = "bare"
     fmt: Format = "lines"
 
     def messages(self, state: OrchestraState, agent: AgentParams) -> list[dict[str, str]]:

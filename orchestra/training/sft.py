@@ -34,19 +34,23 @@ def samples_path(root: Path) -> Path:
 
 
 def sft_examples(
-    samples: Sequence[DecisionSample], view: PolicyView, agent: AgentParams
+    samples: Sequence[DecisionSample], view: PolicyView, agent: AgentParams, first_repeats: int = 1
 ) -> list[dict[str, Any]]:
     """TRL's conversational prompt-completion rows: the rendered state, the expert decision. A pair
     the view renders identically to an earlier one is kept once (a re-rendering the view does not
-    show, e.g. another backend order for a view that sorts backends): repetition costs steps."""
+    show, e.g. another backend order for a view that sorts backends): repetition costs steps. A first
+    decision (no evidence yet: the whole plan) is repeated ``first_repeats`` times: it is where a
+    small policy fails most, and measured repetition of it pays (README, Policy training)."""
     rows, seen = [], set()
     for s in samples:
-        prompt = view.messages(OrchestraState.model_validate(s.state), agent)
+        state = OrchestraState.model_validate(s.state)
+        prompt = view.messages(state, agent)
         target = view.target(s.decision)
         key = (json.dumps(prompt, sort_keys=True), target)
         if key not in seen:
             seen.add(key)
-            rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": target}]})
+            row = {"prompt": prompt, "completion": [{"role": "assistant", "content": target}]}
+            rows.extend([row] * (first_repeats if not state.context else 1))
     return rows
 
 
@@ -66,7 +70,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     if not train:
         raise StageError(f"{path}: no train samples")
     view, sp = PolicyView(), params.train.sft
-    rows = sft_examples(train, view, params.agent)
+    rows = sft_examples(train, view, params.agent, sp.first_decision_repeats)
     digest = file_digest(path)
     dirs = RunDirs(root / "policy_sft")
     fingerprint = {
