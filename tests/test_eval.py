@@ -156,3 +156,37 @@ def test_eval_items_append_survives_a_cut_line(tmp_path: Path) -> None:
     atomic_write_text(tmp_path / "items.jsonl", '{"id": 1, "x": 2}\n{"id": 2, "x"')
     assert list(load_items(tmp_path)) == ["1"]
     assert (tmp_path / "items.jsonl").read_text() == '{"id": 1, "x": 2}\n'
+
+
+def test_an_openai_policy_is_evaluated_over_real_http(
+    built: tuple[Path, str], tmp_path: Path, serve_process: Any
+) -> None:
+    """``--policy openai:MODEL``: the oracle's own decisions, replayed by `orchestra serve --script`."""
+    from orchestra.agent.decision import render_decision
+    from orchestra.schemas import Trajectory
+
+    bench = _benchmark(built)
+    oracle = run_eval(Params(), EvalConfig(benchmark=bench, out=tmp_path / "oracle", limit=1))
+    assert oracle["accuracy"]["em"]["mean"] == 1.0
+    item = next(iter(load_items(tmp_path / "oracle").values()))
+    traj = json.loads((tmp_path / "oracle" / item["trajectory"]).read_text())
+    steps = Trajectory.model_validate(traj).steps
+    script = tmp_path / "replies.jsonl"
+    script.write_text(
+        "".join(json.dumps({"content": render_decision(s.decision, "json")}) + "\n" for s in steps)
+    )
+    with serve_process(script) as (_, url):
+        params = Params.model_validate(
+            {
+                "providers": {
+                    "builtin": {"kind": "builtin"},
+                    "openai": {"kind": "openai", "base_url": url, "model": "x"},
+                }
+            }
+        )
+        got = run_eval(
+            params, EvalConfig(benchmark=bench, out=tmp_path / "lm", policy="openai:demo", limit=1)
+        )
+    assert got["accuracy"]["em"]["mean"] == 1.0 and got["tokens"]["total"] > 0
+    lm_item = next(iter(load_items(tmp_path / "lm").values()))
+    assert lm_item["messages"][-1] == {"role": "assistant", "content": f"<answer>{item['answer']}</answer>"}
