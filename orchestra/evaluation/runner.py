@@ -320,9 +320,9 @@ def run_eval(
         atomic_write_text(run_file, dump_json(fp) + "\n")
     done = load_items(cfg.out)
     todo = [t for t in tasks if str(t.id) not in done]
-    judge = LLMJudge(params.providers[cfg.judge]) if cfg.judge else None
     if cfg.judge and cfg.judge not in params.providers:
         raise EvalError(f"--judge {cfg.judge!r} is not a key of params providers")
+    judge = LLMJudge(params.providers[cfg.judge]) if cfg.judge else None
     agent = params.agent
     if cfg.registry is not None:
         agent = agent.model_copy(update={"registry": str(cfg.registry)})
@@ -372,7 +372,7 @@ def run_eval(
                 error=first.error,
                 not_run=None,
             )
-            return _scored(task, item, judge, answers)
+            return await asyncio.to_thread(_scored, task, item, judge, answers)  # the judge is an HTTP call
 
         async def main() -> None:
             nonlocal finished
