@@ -31,7 +31,7 @@ TINY_TRAIN = {
     "seed": 17,
     "policy": {"vocab_size": 400, "hidden_size": 32, "layers": 1, "heads": 2, "max_length": 768},
     "sft": {"epochs": 1, "max_steps": 60, "batch_size": 8, "learning_rate": 5e-3, "save_steps": 20,
-            "warmup_steps": 0},
+            "warmup_steps": 0, "first_decision_repeats": 1},
     "dagrpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 2, "max_completion_length": 48,
                "save_steps": 1, "learning_rate": 1e-3},
     "grpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 2, "max_completion_length": 48,

@@ -54,7 +54,7 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
     assert (project_copy / "data" / "policy_dagrpo" / "model" / "model.safetensors").is_file()
     assert (project_copy / "data" / "report" / "report.md").is_file()
     metrics = json.loads(dvc("metrics", "show", "--json"))  # benchmark_scores' metrics, as DVC reads them
-    shown = next(iter(metrics.values()))["data"]["data/benchmark_scores/metrics.json"]["data"]
+    shown = next(iter(metrics.values()))["data"]["data/benchmark_metrics.json"]["data"]
     assert shown["orchestra_oracle"]["em"] == 1.0
     second = dvc("repro")
     assert "up to date" in second, second

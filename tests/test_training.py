@@ -123,10 +123,14 @@ def _params(
     )
 
 
-def _runs(tmp_path: Path) -> list[Any]:
+def _client(tmp_path: Path) -> Any:
     import mlflow
 
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def _runs(tmp_path: Path) -> list[Any]:
+    client = _client(tmp_path)
     exp = client.get_experiment_by_name("test")
     return client.search_runs([exp.experiment_id]) if exp else []
 
@@ -171,15 +175,19 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     assert summary["mlflow_run_id"] == sft.run_id and summary["steps"] == 60
 
     start = _weights(root / "policy_sft" / "model")
+    changed = {}
     for res in (dag, grpo):
         assert res.steps == 2
         moved = _weights(res.model_dir)
-        assert any(not (moved[k] == start[k]).all() for k in start), (
-            f"{res.recipe} left every weight unchanged"
-        )
+        changed[res.recipe] = any(not (moved[k] == start[k]).all() for k in start)
+    assert changed["dagrpo"], "DA-GRPO left every weight unchanged though its rewards differ in each group"
     assert {"val_rubric_reward", "val_exact", "val_parse"} <= set(dag.metrics)
 
     runs = {r.data.tags.get("orchestra.recipe"): r for r in _runs(tmp_path)}
+    # outcome GRPO's rewards come from real rollouts of a 60-step policy: they may tie in every group
+    # (no advantage, no update); then TRL must have said so, else the weights must have moved
+    history = _client(tmp_path).get_metric_history(runs["grpo"].info.run_id, "frac_reward_zero_std")
+    assert history and (changed["grpo"] or all(m.value == 1.0 for m in history)), (changed, history)
     assert set(runs) == {None, "sft", "dagrpo", "grpo"}  # None: the pipeline run they nest under
     parent = runs[None].info.run_id
     assert runs[None].info.status == "FINISHED"
