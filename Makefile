@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup system-deps pipeline test test-fast ui repro lint clean
+.PHONY: setup system-deps pipeline test test-fast ui mlflow-ui screenshots repro lint clean
 
 setup: system-deps $(VENV)/.installed $(DVC_VENV)/.installed $(DAGSTER_HOME)/dagster.yaml .dvc/config
 
@@ -46,8 +46,9 @@ $(DAGSTER_HOME)/dagster.yaml:
 	@test -f $@ || { $(DVC_VENV)/bin/dvc init -q && $(DVC_VENV)/bin/dvc config core.analytics false \
 	  && $(DVC_VENV)/bin/dvc remote add -d local .dvc-remote; }
 
+# Dagster materializes what is not up to date (lineage records), every benchmark shard in one run.
 pipeline: setup
-	$(VENV)/bin/dagster asset materialize -m dagster_project.definitions --select '*'
+	$(VENV)/bin/python -m dagster_project.pipeline
 
 test: setup
 	$(VENV)/bin/pytest -q
@@ -58,11 +59,31 @@ test-fast: setup
 ui: setup
 	$(VENV)/bin/dagster dev -m dagster_project.definitions
 
+# The project's MLflow store (tracking.mlflow_uri) on http://127.0.0.1:5000 (tracking.ui_url).
+mlflow-ui: setup
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui \
+	  --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+
+# docs/*.png: the Dagster asset graph and latest run, the DA-GRPO run in MLflow (after make pipeline),
+# taken with the Debian chromium (installed when missing, as root) through Playwright.
+screenshots: setup
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian package: chromium"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "error: chromium missing; install the Debian package chromium (sudo apt-get install chromium)" >&2; exit 1; \
+	  fi; }
+	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[dev,docs]'
+	$(VENV)/bin/python scripts/ui_screenshots.py --out docs
+
 repro: setup
 	$(DVC_VENV)/bin/dvc repro
 
 lint: setup
-	$(VENV)/bin/ruff check orchestra dagster_project tests bench
+	$(VENV)/bin/ruff check orchestra dagster_project tests bench scripts
 
+# Every asset output and run record; data/incoming/ (a user's seed files) stays.
 clean:
-	rm -rf $(DAGSTER_HOME) data/*/ mlflow.db .dvc-remote
+	find data -mindepth 1 -maxdepth 1 ! -name incoming ! -name .gitignore -exec rm -rf {} +
+	rm -rf $(DAGSTER_HOME) mlflow.db mlartifacts .dvc-remote

@@ -1,14 +1,20 @@
 """Thin Dagster assets: read params from the resource, call one orchestra stage, report metadata."""
 
 import importlib
-import os
 import time
 
 import dagster as dg
 
-from dagster_project.resources import ParamsResource
+from dagster_project.resources import PARAMS_PATH, ParamsResource
+from orchestra.config import load_params
+from orchestra.evaluation.ladder import shard_keys
+from orchestra.lineage import dir_md5
 from orchestra.stages import run_stage
-from orchestra.training.tracking import PIPELINE_ENV
+
+#: benchmark_scores' partitions: one per benchmark shard (eval.shards of the code location's params)
+SHARDS = dg.StaticPartitionsDefinition(shard_keys(load_params(PARAMS_PATH)))
+#: a run of many shards is one run (a local run covers them all; k8s/Celery: a run per shard works too)
+ONE_RUN = dg.BackfillPolicy.single_run()
 
 
 def _metadata(meta: dict) -> dict[str, dg.MetadataValue]:
@@ -25,23 +31,39 @@ def _metadata(meta: dict) -> dict[str, dg.MetadataValue]:
     return out
 
 
+def _mlflow_link(context: dg.AssetExecutionContext, params: ParamsResource, run_id: str) -> dg.MetadataValue:
+    exp = context.resources.mlflow.experiment.experiment_id
+    return dg.MetadataValue.url(f"{params.load().tracking.ui_url}/#/experiments/{exp}/runs/{run_id}")
+
+
 def _materialize(
     context: dg.AssetExecutionContext, params: ParamsResource, name: str, what: str
 ) -> dg.MaterializeResult:
-    """Run stage ``name`` and report its summary (and wall time) as the materialization's metadata."""
+    """Run stage ``name`` (not recomputed when its lineage record matches) and report its summary, wall
+    time, DVC hash and MLflow run link as the materialization's metadata."""
     p = params.load()
     root = params.root(p)
+    partitioned = context.assets_def.partitions_def is not None
+    shards = [int(k.rsplit("-", 1)[1]) for k in context.partition_keys] if partitioned else None
     t0 = time.perf_counter()
-    meta = run_stage(name, p, root)
+    meta = run_stage(name, p, root, shards)
     took = round(time.perf_counter() - t0, 1)
-    context.log.info(f"{name}: {meta['rows']} {what} in {took} s -> {root / name}")
+    state = "up to date, not recomputed" if meta["up_to_date"] else f"{meta['rows']} {what}"
+    context.log.info(f"{name}: {state} in {took} s -> {root / name}")
     if meta.get("ge_data_docs"):
         context.log.info(f"Great Expectations Data Docs: {meta['ge_data_docs']}")
+    extra = (
+        {"mlflow_run": _mlflow_link(context, params, meta["mlflow_run_id"])}
+        if meta.get("mlflow_run_id")
+        else {}
+    )
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(root / name)),
             "dagster/row_count": dg.MetadataValue.int(meta["rows"]),
             "stage_seconds": dg.MetadataValue.float(took),
+            "dvc_md5": dg.MetadataValue.text(dir_md5(root / name)),
+            **extra,
             **_metadata(meta),
         }
     )
@@ -54,28 +76,41 @@ def _stage_asset(
     description: str,
     kinds: set[str],
     group: str = "data",
+    partitions: dg.PartitionsDefinition | None = None,
 ) -> dg.AssetsDefinition:
-    """The asset of orchestra stage ``name`` (``what``: its rows, for the log), downstream of ``dep``."""
+    """The asset of orchestra stage ``name`` (``what``: its rows, for the log), downstream of ``dep``;
+    training and evaluation assets open the Dagster run's MLflow run (their recipes nest under it)."""
     deps = dep if isinstance(dep, list) else [dep] if dep else None
 
-    @dg.asset(name=name, group_name=group, deps=deps, description=description, kinds=kinds)
-    def stage(context: dg.AssetExecutionContext, params: ParamsResource) -> dg.MaterializeResult:
-        os.environ[PIPELINE_ENV] = context.run.run_id  # the training runs of one Dagster run nest in MLflow
-        return _materialize(context, params, name, what)
+    @dg.asset(
+        name=name,
+        group_name=group,
+        deps=deps,
+        description=description,
+        kinds=kinds,
+        partitions_def=partitions,
+        backfill_policy=ONE_RUN,
+        required_resource_keys={"params", "mlflow"} if group != "data" else {"params"},
+    )
+    def stage(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        return _materialize(context, context.resources.params, name, what)
 
     return stage
 
 
 def _blocking_check(
-    asset: dg.AssetsDefinition, name: str, check: str, description: str
+    asset: dg.AssetsDefinition, name: str, check: str, description: str, with_params: bool = False
 ) -> dg.AssetChecksDefinition:
-    """A blocking check of ``asset``: ``check`` (``module:function`` of the data root, returning (passed,
-    detail)); imported when it runs, so the code location loads without the data libraries."""
+    """A blocking check of ``asset``: ``check`` (``module:function`` of the data root, and the params
+    when ``with_params``, returning (passed, detail)); imported when it runs, so the code location
+    loads without the data libraries."""
     module, _, function = check.partition(":")
 
     @dg.asset_check(asset=asset, name=name, blocking=True, description=description)
     def _check(params: ParamsResource) -> dg.AssetCheckResult:
-        ok, detail = getattr(importlib.import_module(module), function)(params.root(params.load()))
+        p = params.load()
+        fn = getattr(importlib.import_module(module), function)
+        ok, detail = fn(params.root(p), p) if with_params else fn(params.root(p))
         return dg.AssetCheckResult(passed=ok, metadata={"detail": dg.MetadataValue.text(detail)})
 
     return _check
@@ -118,6 +153,13 @@ verified_samples_are_clean = _blocking_check(
     "verified_samples_are_clean",
     "orchestra.data.verified:check_verified",
     "Only fully verified, seed-split data.",
+)
+verified_samples_pass_the_suite = _blocking_check(
+    verified_samples,
+    "verified_samples_pass_the_suite",
+    "orchestra.data.verified:check_kept_with_suite",
+    "The Great Expectations suite of the five checks holds on every kept sample.",
+    with_params=True,
 )
 expert_trajectories = _stage_asset(
     "expert_trajectories",
@@ -171,12 +213,14 @@ benchmark_scores = _stage_asset(
     "benchmark_scores",
     "rows",
     [policy_sft, policy_dagrpo, policy_grpo],
-    "The papers' ablation ladder on the embedded benchmark (the test split): react, orchestra with the "
+    "The papers' ablation ladder on the embedded benchmark (the test split), partitioned by benchmark "
+    "shard (merged once every shard is in): react, orchestra with the "
     "untrained, SFT, outcome-GRPO and DA-GRPO policies, linear at equal policy, the Maestro system and the "
     "oracle upper bound; per row OmniGAIA-format items, results.json and summary.json (EM with bootstrap "
     "intervals, by Level, category, task type; tool calls, latency, tokens, cost).",
     {"python", "json"},
     group="evaluation",
+    partitions=SHARDS,
 )
 report = _stage_asset(
     "report",

@@ -1,4 +1,4 @@
-"""The Dagster code location: assets, resources (and later checks, jobs, schedules, sensors)."""
+"""The Dagster code location: assets and their checks, resources, jobs, the schedule and the sensor."""
 
 from __future__ import annotations
 
@@ -20,8 +20,30 @@ from dagster_project.assets import (
     seed_tasks,
     verified_samples,
     verified_samples_are_clean,
+    verified_samples_pass_the_suite,
 )
-from dagster_project.resources import ParamsResource
+from dagster_project.automation import (
+    data_job,
+    full_pipeline,
+    incoming_seeds,
+    train_eval_job,
+    weekly_retraining,
+)
+from dagster_project.resources import project_resources
+
+
+def _executor() -> dg.ExecutorDefinition:
+    """Dagster's multiprocess executor (each step a process), or with ``ORCHESTRA_EXECUTOR=celery``
+    dagster-celery's, whose workers on other machines run the steps (configs/dagster_celery.yaml)."""
+    kind = os.environ.get("ORCHESTRA_EXECUTOR", "multiprocess")
+    if kind == "celery":
+        from dagster_celery import celery_executor
+
+        return celery_executor
+    if kind != "multiprocess":
+        raise ValueError(f"ORCHESTRA_EXECUTOR={kind!r}: valid values are multiprocess, celery")
+    return dg.multiprocess_executor
+
 
 defs = dg.Definitions(
     assets=[
@@ -37,6 +59,10 @@ defs = dg.Definitions(
         benchmark_scores,
         report,
     ],
-    asset_checks=[verified_samples_are_clean, decision_samples_are_valid],
-    resources={"params": ParamsResource(path=os.environ.get("ORCHESTRA_PARAMS", "params.yaml"))},
+    asset_checks=[verified_samples_are_clean, verified_samples_pass_the_suite, decision_samples_are_valid],
+    jobs=[data_job, train_eval_job, full_pipeline],
+    schedules=[weekly_retraining],
+    sensors=[incoming_seeds],
+    resources=project_resources(),
+    executor=_executor(),
 )

@@ -56,8 +56,11 @@ def stage(
     name: str = typer.Argument(..., help="stage (= Dagster asset) name, e.g. seed_tasks"),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
     no_cache: bool = typer.Option(False, "--no-cache", help="run every tool cold (tools.cache: false)"),
+    force: bool = typer.Option(False, "--force", help="run even when its lineage record says up to date"),
+    shard: list[int] = typer.Option(None, "--shard", help="benchmark_scores: only these shards (repeatable)"),
 ) -> None:
-    """Run one pipeline stage outside Dagster (this is what each DVC stage calls)."""
+    """Run one pipeline stage outside Dagster (this is what each DVC stage calls); a stage whose
+    lineage record matches its params, code and inputs is not recomputed."""
     from orchestra.config import data_root, load_params
     from orchestra.stages import run_stage
 
@@ -65,7 +68,7 @@ def stage(
         params = load_params(params_file)
         if no_cache:
             params = params.model_copy(update={"tools": params.tools.model_copy(update={"cache": False})})
-        meta = run_stage(name, params, data_root(params_file, params))
+        meta = run_stage(name, params, data_root(params_file, params), shard or None, force)
     except OrchestraError as e:
         raise fail(e) from e
     typer.echo(json.dumps(meta, indent=2, ensure_ascii=False))
@@ -79,16 +82,50 @@ def train(
     params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
 ) -> None:
     """Train the policy with one recipe (grpo and dagrpo start from policy_sft); resumes a killed run
-    from its last checkpoint. Prints the summary: steps, validation metrics, MLflow run id."""
+    from its last checkpoint and records its lineage (as the stage would). Prints the summary: steps,
+    validation metrics, MLflow run id."""
     from orchestra.config import data_root, load_params
-    from orchestra.training.run import train_recipe
+    from orchestra.errors import StageError
+    from orchestra.stages import run_stage
+
+    try:
+        if recipe not in ("sft", "grpo", "dagrpo"):
+            raise StageError(f"unknown recipe {recipe!r}; valid: sft, grpo, dagrpo")
+        params = load_params(params_file)
+        summary = run_stage(f"policy_{recipe}", params, data_root(params_file, params), force=True)
+    except OrchestraError as e:
+        raise fail(e) from e
+    typer.echo(json.dumps(summary, indent=2))
+
+
+@app.command("audit")
+def audit(
+    row: list[str] = typer.Option(
+        None, "--row", help="a benchmark_scores row (repeatable); default: every trained one"
+    ),
+    params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
+) -> None:
+    """Walk each benchmark score back to the seeds (score → checkpoint → MLflow run → decision_samples →
+    ... → seed_tasks) and flag every link that no longer matches; exits 1 when one is broken."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from orchestra.audit import audit as run_audit
+    from orchestra.config import data_root, load_params
 
     try:
         params = load_params(params_file)
-        result = train_recipe(recipe, params, data_root(params_file, params))
+        links = run_audit(params, data_root(params_file, params), row or None)
     except OrchestraError as e:
         raise fail(e) from e
-    typer.echo(json.dumps(result.summary(), indent=2))
+    table = Table("chain", "link", "", "detail", title="lineage audit")
+    for link in links:
+        table.add_row(link.chain, link.link, "ok" if link.ok else "[bold red]BROKEN[/]", link.detail)
+    Console(width=200).print(table)
+    broken = [link for link in links if not link.ok]
+    typer.echo(f"{len(links) - len(broken)} of {len(links)} links hold, {len(broken)} broken")
+    if broken:
+        raise typer.Exit(1)
 
 
 def main() -> None:

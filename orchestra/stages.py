@@ -15,7 +15,8 @@ StageFn = Callable[[Params, Path], dict[str, Any]]
 def _seed_tasks(params: Params, root: Path) -> dict[str, Any]:
     from orchestra.data.seeds import build_seed_tasks
 
-    return build_seed_tasks(params.seed, root / "seed_tasks")
+    incoming = root / params.seed.incoming if params.seed.incoming else None
+    return build_seed_tasks(params.seed, root / "seed_tasks", incoming)
 
 
 def _anchor_facts(params: Params, root: Path) -> dict[str, Any]:
@@ -57,10 +58,12 @@ def _policy(recipe: str) -> StageFn:
     return train
 
 
-def _benchmark_scores(params: Params, root: Path) -> dict[str, Any]:
-    from orchestra.evaluation.report import build_benchmark_scores
+def _benchmark_scores(
+    params: Params, root: Path, shards: list[int] | None = None, key: str = ""
+) -> dict[str, Any]:
+    from orchestra.evaluation.ladder import build_benchmark_scores
 
-    return build_benchmark_scores(params, root)
+    return build_benchmark_scores(params, root, shards, key)
 
 
 def _report(params: Params, root: Path) -> dict[str, Any]:
@@ -84,10 +87,25 @@ STAGES: dict[str, StageFn] = {
 }
 
 
-def run_stage(name: str, params: Params, root: Path) -> dict[str, Any]:
-    """Run stage ``name`` writing under ``root/<name>/``; returns its metadata."""
+def run_stage(
+    name: str, params: Params, root: Path, shards: list[int] | None = None, force: bool = False
+) -> dict[str, Any]:
+    """Run stage ``name`` writing under ``root/<name>/``, then record its lineage; returns its metadata
+    (``up_to_date``: True when its lineage record matched and nothing ran). ``shards``: the benchmark
+    shards to evaluate (benchmark_scores only; default all); ``force``: run even when up to date."""
+    from orchestra import lineage
+
     try:
         fn = STAGES[name]
     except KeyError:
         raise StageError(f"unknown stage {name!r}; valid stages: {', '.join(STAGES)}") from None
-    return fn(params, root)
+    if shards is not None and name != "benchmark_scores":
+        raise StageError(f"{name} has no shards; only benchmark_scores is partitioned")
+    rec = None if force else lineage.up_to_date(name, params, root)
+    if rec is not None:
+        return {**rec["summary"], "up_to_date": True}
+    fp = lineage.fingerprint(name, params, root)
+    meta = fn(params, root, shards, fp["digest"]) if name == "benchmark_scores" else fn(params, root)
+    if meta.get("complete", True):  # a benchmark run of some shards records nothing until all are in
+        lineage.record(name, root, fp, meta)
+    return {**meta, "up_to_date": False}

@@ -76,9 +76,20 @@ def test_seed_tasks_materializes_the_world_by_default(tmp_path: Path) -> None:
     assert meta["media_files"].value >= 8
 
 
+def _audit(params: Path) -> subprocess.CompletedProcess:
+    cmd = [str(ROOT / ".venv" / "bin" / "orchestra"), "audit", "--params", str(params)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
 def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, tiny_train: dict) -> None:
-    """Every asset, data and training (the smallest policy), in one in-process run."""
+    """Every asset, data and training (the smallest policy), every benchmark shard, in one in-process run;
+    then the lineage audit holds, flags a tampered file and a deleted MLflow run; a second run recomputes
+    nothing."""
+    import mlflow
+
+    from dagster_project.automation import ALL_SHARDS
     from dagster_project.definitions import defs as location
+    from dagster_project.resources import project_resources
 
     params = _params_file(tmp_path)
     data = yaml.safe_load(params.read_text())
@@ -86,34 +97,84 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
     data["train"] = tiny_train
     data["eval"].update(TINY_EVAL)
     params.write_text(yaml.safe_dump(data))
-    result = dg.materialize(
-        [*(location.assets or []), *(location.asset_checks or [])],  # type: ignore[list-item]
-        resources={"params": ParamsResource(path=str(params))},
-    )
+    everything = [*(location.assets or []), *(location.asset_checks or [])]
+    result = dg.materialize(everything, resources=project_resources(str(params)), tags=ALL_SHARDS)  # type: ignore[arg-type]
     assert result.success
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks == {"verified_samples_are_clean": True, "decision_samples_are_valid": True}
+    assert checks == {
+        "verified_samples_are_clean": True,
+        "verified_samples_pass_the_suite": True,
+        "decision_samples_are_valid": True,
+    }
     meta = result.asset_materializations_for_node("verified_samples")[0].metadata
     assert meta["funnel"].value["verified"] == meta["dagster/row_count"].value > 0
     assert Path(meta["ge_data_docs"].value).is_file()
+    assert meta["dvc_md5"].value.endswith(".dir") and meta["up_to_date"].value == "False"
     assert (tmp_path / "data" / "decision_samples" / "samples.jsonl").is_file()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")  # the project's store, beside params
     for name in ("policy_sft", "policy_dagrpo", "policy_grpo"):
         meta = result.asset_materializations_for_node(name)[0].metadata
         assert (Path(meta["model_dir"].value) / "model.safetensors").is_file()
         assert meta["mlflow_run_id"].value and 0 <= meta["metrics"].value["val_valid"] <= 1
-    assert (tmp_path / "mlflow.db").is_file()  # the project's store, beside the params file
-    meta = result.asset_materializations_for_node("benchmark_scores")[0].metadata
+        assert meta["mlflow_run"].value.endswith(f"/runs/{meta['mlflow_run_id'].value}")
+        run = client.get_run(meta["mlflow_run_id"].value)  # nested under the Dagster run's (dagster-mlflow)
+        assert run.data.tags["dagster_run_id"] == result.run_id
+        assert run.data.tags["dvc.decision_samples"].endswith(".dir") and run.data.tags["git_commit"]
+        parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+        assert parent.data.tags["dagster_run_id"] == result.run_id
+    shards = result.asset_materializations_for_node("benchmark_scores")
+    assert sorted(m.partition for m in shards) == ["shard-0", "shard-1"]
+    meta = shards[0].metadata
     assert meta["dagster/row_count"].value == len(LADDER)
     assert set(meta["accuracy"].value) == {r.key for r in LADDER}
     assert meta["accuracy"].value["orchestra_oracle"] == 1.0
     scores = json.loads((tmp_path / "data" / "benchmark_scores" / "scores.json").read_text())
-    assert all(s["n"] == TINY_EVAL["tasks"] for s in scores.values())
+    assert all(s["n"] == TINY_EVAL["tasks"] for s in scores.values())  # both shards, merged
     report = (tmp_path / "data" / "report" / "report.md").read_text()
     assert all(r.label in report for r in LADDER)
     for png in ("accuracy_by_level.png", "reward_curves.png"):
         assert (tmp_path / "data" / "report" / png).stat().st_size > 1000
     meta = result.asset_materializations_for_node("report")[0].metadata
     assert meta["mlflow_run_id"].value and meta["reward_curves"].value == ["dagrpo", "grpo"]
+
+    ok = _audit(params)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "0 broken" in ok.stdout and "verified_samples GE result" in ok.stdout
+    verified = tmp_path / "data" / "verified_samples" / "verified.jsonl"
+    kept = verified.read_bytes()
+    verified.write_bytes(kept.replace(b'"split":"train"', b'"split":"test"', 1))  # tampered after training
+    bad = _audit(params)
+    assert bad.returncode == 1 and "changed after it was built" in bad.stdout, bad.stdout
+    assert "decision_samples ← verified_samples" in bad.stdout
+    from orchestra.config import load_params
+    from orchestra.data.verified import check_kept_with_suite
+
+    rows = [json.loads(line) for line in kept.decode().splitlines()]
+    rows[0]["verification"]["checks"]["judge"]["passed"] = False  # a sample that failed a check, kept
+    verified.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ok_suite, detail = check_kept_with_suite(tmp_path / "data", load_params(params))
+    assert not ok_suite and "4/5" in detail, detail
+    verified.write_bytes(kept)
+    sft = json.loads((tmp_path / "data" / "policy_sft" / "summary.json").read_text())["mlflow_run_id"]
+    client.delete_run(sft)
+    gone = _audit(params)
+    assert gone.returncode == 1 and f"run {sft} was deleted" in gone.stdout, gone.stdout
+    client.restore_run(sft)
+    assert _audit(params).returncode == 0
+
+    again = dg.materialize(everything, resources=project_resources(str(params)), tags=ALL_SHARDS)  # type: ignore[arg-type]
+    assert again.success
+    for event in again.get_asset_materialization_events():
+        assert event.materialization.metadata["up_to_date"].value == "True", event.asset_key
+    driver = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "dagster_project.pipeline", "--params", str(params)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert driver.returncode == 0 and "nothing recomputed" in driver.stdout, driver.stdout + driver.stderr
 
 
 def test_the_cli_runs_pooled_perception_steps_one_after_another(tmp_path: Path) -> None:
@@ -133,5 +194,7 @@ def test_the_cli_runs_pooled_perception_steps_one_after_another(tmp_path: Path) 
         cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=420
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    assert 'Finished execution of step "rewrite_candidates"' in res.stderr, res.stderr[-3000:]
+    assert "Materialized value rewrite_candidates" in res.stderr and "RUN_SUCCESS" in res.stderr, res.stderr[
+        -3000:
+    ]
     assert (tmp_path / "data" / "rewrite_candidates" / "candidates.jsonl").is_file()

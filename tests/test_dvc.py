@@ -5,10 +5,13 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from conftest import TINY_EVAL
+
+from orchestra import lineage
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = ROOT / ".venv-dvc" / "bin" / "dvc"
@@ -46,14 +49,30 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
         assert res.returncode == 0, res.stdout + res.stderr
         return res.stdout + res.stderr
 
+    def dvc_json(*args: str) -> Any:
+        res = subprocess.run(
+            [str(DVC), *args, "--json"],
+            cwd=project_copy,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert res.returncode == 0 and not res.stderr.strip(), res.stdout + res.stderr
+        return json.loads(res.stdout)
+
     first = dvc("repro")
     assert "Running stage 'seed_tasks'" in first
+    lock = yaml.safe_load((project_copy / "dvc.lock").read_text())["stages"]
+    for name in lineage.DEPS:  # DVC's hash of each output is the one the lineage records and Dagster shows
+        (out,) = [o for o in lock[name]["outs"] if o["path"] == f"data/{name}"]
+        assert out["md5"] == lineage.dir_md5(project_copy / out["path"]), name
     assert (project_copy / "data" / "seed_tasks" / "tasks.json").is_file()
     assert "Running stage 'rewrite_candidates'" in first
     assert (project_copy / "data" / "rewrite_candidates" / "candidates.jsonl").is_file()
     assert (project_copy / "data" / "policy_dagrpo" / "model" / "model.safetensors").is_file()
     assert (project_copy / "data" / "report" / "report.md").is_file()
-    metrics = json.loads(dvc("metrics", "show", "--json"))  # benchmark_scores' metrics, as DVC reads them
+    metrics = dvc_json("metrics", "show")  # benchmark_scores' metrics, as DVC reads them
     shown = next(iter(metrics.values()))["data"]["data/benchmark_metrics.json"]["data"]
     assert shown["orchestra_oracle"]["em"] == 1.0
     second = dvc("repro")
@@ -67,3 +86,21 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
     assert "Running stage 'rewrite_candidates'" in third, third
     assert "Running stage 'anchor_facts'" not in third and "Running stage 'seed_tasks'" not in third
     assert "Running stage" not in dvc("repro")
+    # an experiment: one DA-GRPO param set on the command line; only it and what is downstream run
+    git = {**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    git["GIT_COMMITTER_EMAIL"] = "t@t"
+    for args in (["add", "-A"], ["commit", "-qm", "baseline"]):
+        subprocess.run(["git", *args], cwd=project_copy, env=git, check=True, capture_output=True)
+    exp = dvc("exp", "run", "-S", "train.dagrpo.learning_rate=0.002")
+    assert "Running stage 'policy_dagrpo'" in exp and "Running stage 'benchmark_scores'" in exp, exp
+    assert "Running stage 'policy_sft'" not in exp and "Running stage 'decision_samples'" not in exp
+    shown = dvc_json("exp", "show")
+    lrs = [
+        e["data"]["params"]["params.yaml"]["data"]["train"]["dagrpo"]["learning_rate"]
+        for rev in shown
+        for e in [rev, *[x for exp in rev.get("experiments") or [] for x in exp.get("revs", [])]]
+        if e.get("data")
+    ]
+    assert 0.002 in lrs, lrs
+    diff = dvc_json("metrics", "diff", "--all")  # the baseline commit vs the experiment
+    assert "orchestra_dagrpo.em" in diff["data/benchmark_metrics.json"], diff

@@ -87,9 +87,11 @@ def test_gpu_path_configs_build(tmp_path: Path) -> None:
 
     from orchestra.training.grpo import grpo_config
 
-    gp = parse_params({"train": {"dagrpo": {"use_vllm": True, "vllm_mode": "server"}}}).train.dagrpo
+    server = {"use_vllm": True, "vllm_mode": "server", "vllm_server_url": "http://gpu-node:8000"}
+    gp = parse_params({"train": {"dagrpo": server}}).train.dagrpo
     cfg = grpo_config(gp, tmp_path, 17, [1, 1, 1, 2], gp.save_steps)
     assert cfg.use_vllm and cfg.vllm_mode == "server" and cfg.beta == gp.beta > 0
+    assert cfg.vllm_server_base_url == "http://gpu-node:8000"
     assert cfg.num_generations == gp.num_generations and cfg.reward_weights == [1, 1, 1, 2]
     assert cfg.use_cpu and not cfg.bf16  # this machine has no GPU: fp32 on CPU
     acc = ClusterConfig.from_yaml_file(str(ROOT / "configs" / "accelerate_multi_gpu.yaml"))

@@ -44,6 +44,7 @@ from orchestra.config.stages import (
     ProviderSpec,
     RewriteParams,
     RubricWeights,
+    ScheduleParams,
     SeedParams,
     SFTParams,
     TaskMix,
@@ -85,6 +86,7 @@ __all__ = [
     "SFTParams",
     "TaskMix",
     "ToolParams",
+    "ScheduleParams",
     "TrackingParams",
     "TrainParams",
     "VerifyParams",
@@ -111,6 +113,7 @@ class Params(_Section):
     train: TrainParams = TrainParams()
     eval: EvalParams = EvalParams()
     tracking: TrackingParams = TrackingParams()
+    schedule: ScheduleParams = ScheduleParams()
     agent: AgentParams = AgentParams()
     tools: ToolParams = ToolParams()
     providers: dict[str, ProviderSpec] = Field(default_factory=_default_providers)

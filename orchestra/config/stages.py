@@ -131,6 +131,11 @@ class SeedParams(_Section):
         None, description="omnigaia_file: an OmniGAIA-format JSON file (media beside it)"
     )
     limit: int | None = Field(None, ge=1, description="keep only the first N seed tasks")
+    incoming: str | None = Field(
+        "incoming",
+        description="a folder under the data root whose OmniGAIA-format JSON files (media in its media/) "
+        "join the seeds; the Dagster sensor starts data_job when one appears; null = off",
+    )
     world: WorldParams = WorldParams()
 
     @model_validator(mode="after")
@@ -266,6 +271,9 @@ class GRPOParams(_Section):
     vllm_mode: Literal["server", "colocate"] = Field(
         "colocate", description="server: a `trl vllm-serve` process; colocate: in the trainer's GPUs"
     )
+    vllm_server_url: str | None = Field(
+        None, description="server mode: the `trl vllm-serve` base URL (default http://localhost:8000)"
+    )
 
     @model_validator(mode="after")
     def _divides(self) -> GRPOParams:
@@ -331,6 +339,9 @@ class EvalParams(_Section):
         4, ge=1, description="the untrained row's tasks: each try of it is decision_tokens of noise"
     )
     untrained_turns: int = Field(1, ge=1, le=64, description="the untrained row's turn budget")
+    shards: int = Field(
+        2, ge=1, le=256, description="benchmark shards: Dagster partitions of benchmark_scores"
+    )
 
     @field_validator("rows")
     @classmethod
@@ -341,11 +352,20 @@ class EvalParams(_Section):
         return v
 
 
+class ScheduleParams(_Section):
+    retrain: bool = Field(False, description="the weekly retraining schedule runs (off by default)")
+    cron: str = Field("0 3 * * 1", description="when it runs (Dagster cron, UTC)")
+    sensor_interval_s: int = Field(30, ge=5, description="how often the incoming-seeds sensor looks")
+
+
 class TrackingParams(_Section):
     mlflow_uri: str = Field(
         "sqlite:///mlflow.db", description="MLflow 3.17 needs a database URI, not a folder"
     )
     experiment: str = "orchestra"
+    ui_url: str = Field(
+        "http://127.0.0.1:5000", description="the MLflow UI (make mlflow-ui) run links point at"
+    )
 
     @model_validator(mode="after")
     def _not_file_store(self) -> TrackingParams:

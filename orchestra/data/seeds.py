@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import SeedParams
-from orchestra.errors import StageError
+from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.schemas import Task, distribution, read_tasks_json, write_tasks_json
 
@@ -29,8 +29,43 @@ def load_seed_tasks(out_dir: Path) -> list[Task]:
     return read_tasks_json(path)
 
 
-def build_seed_tasks(params: SeedParams, out_dir: Path) -> dict[str, Any]:
-    """Write ``tasks.json`` (OmniGAIA format, media paths relative to ``media/``) and ``summary.json``.
+def incoming_files(folder: Path) -> list[Path]:
+    """The OmniGAIA-format JSON files dropped into ``folder`` (its media in ``folder/media/``)."""
+    return sorted(p for p in Path(folder).glob("*.json") if p.is_file()) if Path(folder).is_dir() else []
+
+
+def _add_incoming(tasks: list[Task], folder: Path, tmp: Path) -> dict[str, Any]:
+    """Append the tasks of ``folder``'s JSON files to ``tasks`` and copy the media they name; a task id
+    already taken or a media file missing is an error naming the file."""
+    seen = {str(t.id) for t in tasks}
+    files = incoming_files(folder)
+    added = 0
+    for path in files:
+        try:
+            new = read_tasks_json(path)
+        except OrchestraError as e:
+            raise StageError(f"incoming seeds {path}: {e}") from e
+        for task in new:
+            if str(task.id) in seen:
+                raise StageError(f"incoming seeds {path}: task id {task.id!r} is already taken")
+            seen.add(str(task.id))
+            for m in task.omni_modal_input:
+                src = folder / MEDIA_DIR / m.path
+                if not src.is_file():
+                    raise StageError(f"incoming seeds {path}: task {task.id!r} names {src}, which is missing")
+                dst = tmp / MEDIA_DIR / m.path
+                if dst.exists() and dst.read_bytes() != src.read_bytes():
+                    raise StageError(f"incoming seeds {path}: another media file is named {m.path}")
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+        tasks.extend(new)
+        added += len(new)
+    return {"incoming_files": len(files), "incoming_tasks": added}
+
+
+def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = None) -> dict[str, Any]:
+    """Write ``tasks.json`` (OmniGAIA format, media paths relative to ``media/``) and ``summary.json``;
+    the tasks of ``incoming``'s JSON files (see :func:`incoming_files`) follow the source's.
 
     The whole folder is replaced atomically: a failure leaves the previous output as it was.
     """
@@ -55,6 +90,8 @@ def build_seed_tasks(params: SeedParams, out_dir: Path) -> dict[str, Any]:
             raise StageError(f"unknown seed source {params.source!r}")
         if params.limit is not None:
             tasks = tasks[: params.limit]
+        if incoming is not None:
+            extra.update(_add_incoming(tasks, incoming, tmp))
         write_tasks_json(tmp / TASKS_FILE, tasks)
         summary = {"source": params.source, "rows": len(tasks), **extra, "distribution": distribution(tasks)}
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")

@@ -144,3 +144,23 @@ def check_verified(root: Path) -> tuple[bool, str]:
     if missing:
         return False, f"benchmark media missing: {missing[:3]}"
     return True, f"{len(samples)} samples, {len(splits)} seeds, {len(tasks)} benchmark tasks"
+
+
+def check_kept_with_suite(root: Path, params: Params) -> tuple[bool, str]:
+    """The Great Expectations suite of the checks, run again on the kept samples alone: every
+    expectation must hold (on all candidates the failures are the rejects; here there may be none)."""
+    import tempfile
+
+    from orchestra.data.expectations import validate_checks
+
+    samples = read_jsonl(Path(root) / "verified_samples" / VERIFIED_FILE, VerifiedSample)
+    if not samples:
+        return False, "no verified samples"
+    with tempfile.TemporaryDirectory(prefix=".ge-check-", dir=root) as tmp:
+        try:
+            result = validate_checks([s.verification for s in samples], params.verify, Path(tmp) / "ge")
+        except StageError as e:  # a sample's recorded verdict and its checks disagree
+            return False, str(e)
+    stats = result.statistics
+    held = f"{stats.get('successful_expectations')}/{stats.get('evaluated_expectations')}"
+    return result.success, f"suite {held} expectations held on {len(samples)} kept samples"

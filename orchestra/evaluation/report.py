@@ -1,10 +1,9 @@
 """The papers' tables on the embedded benchmark: ``benchmark_scores`` runs the ladder, ``report`` prints it.
 
-``benchmark_scores`` evaluates every row of :data:`LADDER` that ``eval.rows`` keeps (the same first
-``eval.tasks`` tasks of the test split for each) with :func:`~orchestra.evaluation.runner.run_eval`,
-each row in its own folder of ``data/benchmark_scores/`` (items, results.json, summary.json), plus
-``scores.json`` (every row's summary), and ``data/benchmark_metrics.json`` (flat numbers: the DVC
-metrics). ``report``
+``benchmark_scores`` (:mod:`orchestra.evaluation.ladder`) evaluates every row of :data:`LADDER` that
+``eval.rows`` keeps (the same first ``eval.tasks`` tasks of the test split for each), shard by shard,
+into ``data/benchmark_scores/`` (per row items, results.json, summary.json; ``scores.json``, every
+row's summary) and ``data/benchmark_metrics.json`` (flat numbers: the DVC metrics). ``report``
 turns them into ``report.md`` (overall with intervals, by Level, by category, linear vs orchestra
 at equal policy), ``accuracy_by_level.png`` and ``reward_curves.png`` (read back from the MLflow
 runs of the two GRPO recipes), and logs the numbers and files to an MLflow run.
@@ -13,7 +12,6 @@ runs of the two GRPO recipes), and logs the numbers and files to an MLflow run.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,7 @@ from orchestra.errors import StageError
 from orchestra.evaluation.scoring import CATEGORIES, CATEGORY_SHORT, LEVELS
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 
-__all__ = ["LADDER", "Row", "build_benchmark_scores", "build_report", "markdown_report"]
+__all__ = ["BY_KEY", "LADDER", "Row", "build_report", "flat_metrics", "markdown_report"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ LADDER = (
     Row("linear_oracle", "linear + oracle", "linear", "oracle"),
     Row("orchestra_oracle", "orchestra + oracle (upper bound)", "orchestra", "oracle"),
 )
-_BY_KEY = {r.key: r for r in LADDER}
+BY_KEY = {r.key: r for r in LADDER}
 #: the flat benchmark metrics DVC reads (``dvc metrics show``), beside the asset folders
 METRICS_FILE = "benchmark_metrics.json"
 
@@ -68,56 +66,9 @@ def benchmark_file(root: Path) -> Path:
     return path
 
 
-def build_benchmark_scores(params: Params, root: Path) -> dict[str, Any]:
-    """Evaluate each row of ``eval.rows`` on the embedded benchmark; writes data/benchmark_scores/."""
-    from orchestra.evaluation.runner import EvalConfig, run_eval
-
-    root = Path(root)
-    bench, ep = benchmark_file(root), params.eval
-    rows = [_BY_KEY[k] for k in ep.rows]
-    policies = {r.key: r.policy_arg(root) for r in rows}  # every model present before any row runs
-    scores: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    with atomic_dir(root / "benchmark_scores") as tmp:
-        for row in rows:
-            t = time.perf_counter()
-            floor = row.policy == "untrained"  # never valid: a cut-down run shows it (README, Evaluation)
-            tasks = min(ep.tasks or 10**9, ep.untrained_tasks) if floor else ep.tasks
-            cfg = EvalConfig(
-                benchmark=bench,
-                out=tmp / row.key,
-                system=row.system,
-                policy=policies[row.key],
-                limit=tasks,
-                concurrency=ep.concurrency,
-                samples=ep.sc_k if row.policy not in ("oracle",) else 1,
-                judge=ep.judge_provider,
-                max_turns=ep.untrained_turns if floor else ep.max_turns,
-                data_dir=root,
-                seed=params.train.seed,
-            )
-            summary = run_eval(params, cfg)
-            scores[row.key] = {
-                "label": row.label + (f" ({tasks} tasks, {cfg.max_turns} turn(s) at most)" if floor else ""),
-                "system": row.system,
-                "policy": row.policy,
-                "wall_s": round(time.perf_counter() - t, 1),
-                **{k: v for k, v in summary.items() if k not in ("system", "policy")},
-            }
-        atomic_write_text(tmp / "scores.json", dump_json(scores) + "\n")
-    # DVC metrics: a file of their own (DVC refuses a metrics file inside a tracked output folder)
-    atomic_write_text(root / METRICS_FILE, dump_json(flat_metrics(scores)) + "\n")
-    return {
-        "rows": len(rows),
-        "tasks": max((s["n"] for s in scores.values()), default=0),
-        "accuracy": {k: round(v["accuracy"]["em"]["mean"], 4) for k, v in scores.items()},
-        "wall_s": round(time.perf_counter() - t0, 1),
-    }
-
-
 def in_ladder_order(scores: Mapping[str, Any]) -> dict[str, Any]:
     """The rows in :data:`LADDER` order (a JSON file's keys come back sorted), others after."""
-    keys = [r.key for r in LADDER if r.key in scores] + sorted(k for k in scores if k not in _BY_KEY)
+    keys = [r.key for r in LADDER if r.key in scores] + sorted(k for k in scores if k not in BY_KEY)
     return {k: scores[k] for k in keys}
 
 

@@ -70,6 +70,7 @@ class EvalConfig:
     max_turns: int = 8
     data_dir: Path | None = None
     seed: int = 0
+    shard: tuple[int, int] | None = None  # (k, n): only every n-th task from the k-th (a benchmark shard)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def media(self) -> Path:
@@ -84,7 +85,7 @@ class EvalConfig:
         """What makes two runs the same run (``limit`` and ``concurrency`` do not)."""
         digest = hashlib.sha256(self.benchmark.read_bytes()).hexdigest()
         keep = ("system", "policy", "samples", "temperature", "judge", "registry", "pool", "max_turns")
-        keep += ("seed",)
+        keep += ("seed", "shard")
         out = {"benchmark_sha256": digest, **{k: _plain(asdict(self)[k]) for k in keep}}
         if self.policy.startswith("checkpoint:"):  # a retrained model is another run
             out["model_sha256"] = _dir_digest(Path(self.policy.split(":", 1)[1]))
@@ -101,7 +102,7 @@ def _dir_digest(path: Path) -> str:
 
 
 def _plain(v: Any) -> Any:
-    return str(v) if isinstance(v, Path) else v
+    return str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
 
 
 def load_items(out: Path) -> dict[str, dict[str, Any]]:
@@ -305,6 +306,11 @@ def run_eval(
     if not cfg.benchmark.is_file():
         raise EvalError(f"{cfg.benchmark}: no benchmark file")
     tasks = read_tasks_json(cfg.benchmark)[: cfg.limit]
+    if cfg.shard is not None:
+        k, n = cfg.shard
+        if not 0 <= k < n:
+            raise EvalError(f"shard {k} of {n}: k must be in [0, n)")
+        tasks = tasks[k::n]
     ids = [str(t.id) for t in tasks]
     if len(set(ids)) != len(ids):
         raise EvalError(f"{cfg.benchmark}: task ids repeat; each item needs its own id")

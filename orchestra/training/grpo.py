@@ -61,6 +61,7 @@ def grpo_config(
         shuffle_dataset=False,
         use_vllm=gp.use_vllm,
         vllm_mode=gp.vllm_mode,
+        vllm_server_base_url=gp.vllm_server_url,
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -13,10 +12,10 @@ from typing import Any
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
 
-__all__ = ["PIPELINE_ENV", "TrackingError", "git_commit", "recipe_run", "step_callback", "tracking_uri"]
+__all__ = ["TrackingError", "ensure_experiment", "git_commit", "recipe_run", "step_callback", "tracking_uri"]
 
-#: Set by the orchestrator of a pipeline run (Dagster: its run id) so the recipes nest under one run.
-PIPELINE_ENV = "ORCHESTRA_PIPELINE_RUN"
+#: the stage each MLflow run of ours belongs to (its inputs' DVC hashes become the run's tags)
+_STAGE = {"sft": "policy_sft", "dagrpo": "policy_dagrpo", "grpo": "policy_grpo", "report": "report"}
 
 
 class TrackingError(OrchestraError):
@@ -38,6 +37,16 @@ def _artifacts(uri: str) -> str | None:
     directory of whichever process creates the experiment; a server keeps its own default."""
     prefix = "sqlite:///"
     return (Path(uri[len(prefix) :]).parent / "mlartifacts").as_uri() if uri.startswith(prefix) else None
+
+
+def ensure_experiment(uri: str, name: str) -> str:
+    """The id of experiment ``name`` in the store at ``uri``, made when absent (artifacts of a SQLite
+    store beside its database)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name(name)
+    return str(exp.experiment_id if exp else client.create_experiment(name, _artifacts(uri)))
 
 
 def git_commit(cwd: Path) -> str:
@@ -77,33 +86,48 @@ def recipe_run(
     params: Params, root: Path, recipe: str, tags: Mapping[str, str], resume_id: str | None = None
 ) -> Iterator[str]:
     """An active MLflow run for ``recipe`` (TRL's ``report_to="mlflow"`` logs into it), nested under
-    the pipeline run of ``$ORCHESTRA_PIPELINE_RUN`` (else one per git commit and data digest; its
-    status is that of the latest recipe to end in it), tagged
-    with ``tags`` and the git commit, the orchestra params logged with an ``orchestra.`` prefix.
-    ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
+    the pipeline run: the run already active in this process (Dagster's, opened by dagster-mlflow's
+    resource), else one per git commit and data digest (its status is that of the latest recipe to
+    end in it). Tagged with ``tags``, the git commit, the Dagster run id and the DVC hash of each
+    stage output the recipe read (``dvc.<stage>``); the orchestra params logged with an ``orchestra.``
+    prefix. ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
     The run ends FAILED if the body raises."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
+    from orchestra.lineage import DEPS, LINEAGE_FILE, dir_md5
+
     uri = tracking_uri(params, root)
     commit = git_commit(root.parent)
-    key = (
-        os.environ.get(PIPELINE_ENV)
-        or f"{commit[:12]}-{tags.get('orchestra.decision_samples_sha256', '')[:12]}"
-    )
+    stage = _STAGE.get(recipe)
+    hashes = {f"dvc.{up}": dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in DEPS[stage].upstream}
     try:
         mlflow.set_tracking_uri(uri)
         client = mlflow.MlflowClient(uri)
-        exp = client.get_experiment_by_name(params.tracking.experiment)
-        exp_id = (
-            exp.experiment_id
-            if exp
-            else client.create_experiment(params.tracking.experiment, _artifacts(uri))
+        active = mlflow.active_run()
+        if active is not None:  # the Dagster run's (dagster-mlflow)
+            parent, exp_id = active.info.run_id, active.info.experiment_id
+            inherited = {k: v for k, v in client.get_run(parent).data.tags.items() if k == "dagster_run_id"}
+        else:
+            exp_id = ensure_experiment(uri, params.tracking.experiment)
+            mlflow.set_experiment(experiment_id=exp_id)
+            key = f"{commit[:12]}-{tags.get('orchestra.decision_samples_sha256', '')[:12]}"
+            parent, inherited = _parent(client, exp_id, key, {"git_commit": commit}), {}
+        all_tags = {
+            "git_commit": commit,
+            "orchestra.recipe": recipe,
+            "mlflow.parentRunId": parent,
+            **inherited,
+            **hashes,
+            **tags,
+        }
+        run = mlflow.start_run(
+            run_id=resume_id,
+            run_name=None if resume_id else recipe,
+            experiment_id=exp_id,
+            tags=all_tags,
+            nested=active is not None,
         )
-        mlflow.set_experiment(experiment_id=exp_id)
-        parent = _parent(client, exp_id, key, {"git_commit": commit})
-        all_tags = {"git_commit": commit, "orchestra.recipe": recipe, "mlflow.parentRunId": parent, **tags}
-        run = mlflow.start_run(run_id=resume_id, run_name=None if resume_id else recipe, tags=all_tags)
         if not resume_id:
             mlflow.log_params(_flat(params.model_dump(mode="json")["train"], "orchestra.train."))
     except MlflowException as e:

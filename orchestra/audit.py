@@ -1,0 +1,174 @@
+"""`orchestra audit`: walk a benchmark score back to its seeds and flag every link that no longer holds.
+
+The chain of a row of ``benchmark_scores``: the score → the policy checkpoint it evaluated (the model
+digest each shard's ``run.json`` recorded) → the checkpoint's MLflow run (present, not deleted,
+finished) → the decision_samples it trained on (the run's data tag) → and then, stage by stage, the
+lineage records (``<stage>/lineage.json``): each input hash a stage recorded against that input's
+output now, and each output against what its stage wrote, down to seed_tasks; the Great Expectations
+result and the blocking check of verified_samples on the way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestra.config import Params
+from orchestra.errors import OrchestraError
+from orchestra.lineage import DEPS, LINEAGE_FILE, dir_md5, read_record
+
+__all__ = ["AuditError", "Link", "audit"]
+
+
+class AuditError(OrchestraError):
+    """There is no score to audit."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link of the chain: ``ok`` False when what was recorded no longer matches what is there."""
+
+    chain: str
+    link: str
+    ok: bool
+    detail: str
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except json.JSONDecodeError:
+        return None
+
+
+def _model_digest(path: Path) -> str:  # the runner's digest of a model folder (run.json model_sha256)
+    from orchestra.evaluation.runner import _dir_digest
+
+    return _dir_digest(path)
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+
+
+def _stage_links(chain: str, root: Path, start: str) -> list[Link]:
+    """The lineage records of ``start`` and everything upstream of it."""
+    out: list[Link] = []
+    todo, seen = [start], set()
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        rec = read_record(root, name)
+        if rec is None:
+            out.append(Link(chain, f"{name} record", False, f"{root / name / LINEAGE_FILE} is missing"))
+            continue
+        now = dir_md5(root / name, exclude=(LINEAGE_FILE,))
+        ok = now == rec.get("outputs")
+        out.append(
+            Link(
+                chain,
+                f"{name} output",
+                ok,
+                now if ok else f"changed after it was built: {rec.get('outputs')} → {now}",
+            )
+        )
+        for up in DEPS[name].upstream:
+            want, have = rec.get("inputs", {}).get(up), dir_md5(root / up, exclude=(LINEAGE_FILE,))
+            ok = want == have
+            detail = have if ok else f"{up} changed after {name} read it: {want} → {have}"
+            out.append(Link(chain, f"{name} ← {up}", ok, detail))
+            todo.append(up)
+        if name == "verified_samples":
+            out.append(_ge_link(chain, root))
+    return out
+
+
+def _ge_link(chain: str, root: Path) -> Link:
+    from orchestra.data.verified import check_verified
+
+    summary = _json(root / "verified_samples" / "summary.json") or {}
+    ge = _json(Path(summary.get("ge_result") or root / "verified_samples" / "ge" / "validation_result.json"))
+    if ge is None:
+        return Link(chain, "verified_samples GE result", False, "no Great Expectations result")
+    ok, detail = check_verified(root)
+    stats = ge.get("statistics", {})
+    held = f"{stats.get('successful_expectations')}/{stats.get('evaluated_expectations')}"
+    what = f"suite {ge.get('suite_name')}: {held} expectations held on every candidate (failures are rejects)"
+    return Link(chain, "verified_samples GE result", ok, f"{what}; kept samples: {detail}")
+
+
+def _mlflow_links(chain: str, params: Params, root: Path, policy_dir: Path) -> list[Link]:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from orchestra.training.tracking import tracking_uri
+
+    summary = _json(policy_dir / "summary.json") or {}
+    run_id = summary.get("mlflow_run_id")
+    if not run_id:
+        return [Link(chain, "checkpoint → MLflow run", False, f"{policy_dir}: a checkpoint without a run")]
+    try:
+        run = mlflow.MlflowClient(tracking_uri(params, root)).get_run(run_id)
+    except MlflowException as e:
+        return [Link(chain, "checkpoint → MLflow run", False, f"run {run_id} is missing: {e.error_code}")]
+    if run.info.lifecycle_stage != "active":
+        return [Link(chain, "checkpoint → MLflow run", False, f"run {run_id} was deleted")]
+    out = [
+        Link(
+            chain,
+            "checkpoint → MLflow run",
+            run.info.status == "FINISHED",
+            f"run {run_id} {run.info.status}, commit {run.data.tags.get('git_commit', '?')[:12]}",
+        )
+    ]
+    want = run.data.tags.get("orchestra.decision_samples_sha256")
+    have = _file_sha256(root / "decision_samples" / "samples.jsonl")
+    ok = want == have
+    detail = f"samples.jsonl {have[:16]}" if ok else f"data changed after training: {want} → {have}"
+    out.append(Link(chain, "MLflow run → decision_samples", ok, detail))
+    return out
+
+
+def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
+    from orchestra.evaluation.ladder import shard_dir
+
+    chain = row
+    out: list[Link] = []
+    policy_dir = root / f"policy_{policy}"
+    model = _model_digest(policy_dir / "model")
+    for k in range(params.eval.shards):
+        run = _json(shard_dir(root, k) / row / "run.json")
+        if run is None:
+            out.append(Link(chain, f"score shard-{k} → checkpoint", False, "no run.json: not evaluated"))
+            continue
+        ok = run.get("model_sha256") == model
+        detail = f"model {model[:16]}" if ok else "the checkpoint changed after it was scored"
+        out.append(Link(chain, f"score shard-{k} → checkpoint", ok, detail))
+    out += _mlflow_links(chain, params, root, policy_dir)
+    out += _stage_links(chain, root, f"policy_{policy}")
+    return out
+
+
+def audit(params: Params, root: Path, rows: list[str] | None = None) -> list[Link]:
+    """Every link of the chains of ``rows`` (default: each row of scores.json a trained policy drives)."""
+    root = Path(root)
+    scores = _json(root / "benchmark_scores" / "scores.json")
+    if scores is None:
+        raise AuditError(
+            f"{root / 'benchmark_scores' / 'scores.json'}: no scores; materialize benchmark_scores"
+        )
+    trained = {k: s["policy"] for k, s in scores.items() if s["policy"] not in ("oracle", "untrained")}
+    unknown = sorted(set(rows or ()) - set(trained))
+    if unknown:
+        raise AuditError(
+            f"rows {unknown} are not trained-policy rows of the scores; valid: {sorted(trained)}"
+        )
+    links = _stage_links("benchmark_scores", root, "benchmark_scores")
+    for row in rows or sorted(trained):
+        links += _row_links(params, root, row, trained[row])
+    return links

@@ -1,0 +1,164 @@
+"""The ``benchmark_scores`` stage: every ladder row on each benchmark shard, merged once all shards are in.
+
+Shard ``k`` of ``eval.shards`` holds every n-th task of the first ``eval.tasks`` (from the k-th), each
+row in ``data/benchmark_scores/shard-<k>/<row>/`` (items, results.json, summary.json) with a
+``shard.json`` naming the inputs it was built from. Dagster partitions the asset by shard, so a
+Kubernetes or Celery executor can spread the shards over machines; a local run covers them all. When
+every shard of the same inputs is present, the merge writes ``<row>/results.json`` and
+``<row>/summary.json`` over all tasks in benchmark order, ``scores.json`` (every row's summary) and
+``data/benchmark_metrics.json`` (the DVC metrics).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from orchestra.config import Params
+from orchestra.errors import StageError
+from orchestra.evaluation.report import BY_KEY, METRICS_FILE, Row, benchmark_file, flat_metrics
+from orchestra.io import atomic_dir, atomic_write_text, dump_json
+from orchestra.lineage import LINEAGE_FILE
+
+__all__ = ["SHARD_FILE", "build_benchmark_scores", "shard_dir", "shard_keys"]
+
+SHARD_FILE = "shard.json"
+STAGE = "benchmark_scores"
+
+
+def shard_keys(params: Params) -> list[str]:
+    """The Dagster partition keys of benchmark_scores."""
+    return [f"shard-{k}" for k in range(params.eval.shards)]
+
+
+def shard_dir(root: Path, k: int) -> Path:
+    return Path(root) / STAGE / f"shard-{k}"
+
+
+def _shard_info(root: Path, k: int) -> dict[str, Any] | None:
+    path = shard_dir(root, k) / SHARD_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except json.JSONDecodeError:
+        return None
+
+
+def _row_config(params: Params, root: Path, row: Row, out: Path, shard: tuple[int, int] | None) -> Any:
+    from orchestra.evaluation.runner import EvalConfig
+
+    ep = params.eval
+    floor = row.policy == "untrained"  # never valid: a cut-down run shows it (README, Evaluation)
+    return EvalConfig(
+        benchmark=benchmark_file(root),
+        out=out,
+        system=row.system,
+        policy=row.policy_arg(root),
+        limit=min(ep.tasks or 10**9, ep.untrained_tasks) if floor else ep.tasks,
+        concurrency=ep.concurrency,
+        samples=ep.sc_k if row.policy != "oracle" else 1,
+        judge=ep.judge_provider,
+        max_turns=ep.untrained_turns if floor else ep.max_turns,
+        data_dir=root,
+        seed=params.train.seed,
+        shard=shard,
+    )
+
+
+def _run_shard(params: Params, root: Path, rows: list[Row], k: int, key: str) -> None:
+    from orchestra.evaluation.runner import run_eval
+
+    n = params.eval.shards
+    walls: dict[str, float] = {}
+    with atomic_dir(shard_dir(root, k)) as tmp:
+        for row in rows:
+            t = time.perf_counter()
+            run_eval(params, _row_config(params, root, row, tmp / row.key, (k, n)))
+            walls[row.key] = round(time.perf_counter() - t, 1)
+        info = {"shard": k, "of": n, "inputs": key, "rows": [r.key for r in rows], "wall_s": walls}
+        atomic_write_text(tmp / SHARD_FILE, dump_json(info) + "\n")
+
+
+def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Every row over all shards, in benchmark order; scores.json and the DVC metrics."""
+    from orchestra.evaluation.runner import write_summary
+
+    out = Path(root) / STAGE
+    scores: dict[str, Any] = {}
+    for row in rows:
+        cfg = _row_config(params, root, row, out / row.key, None)
+        items: list[dict[str, Any]] = []
+        for k in sorted(infos):
+            src = shard_dir(root, k) / row.key
+            for item in json.loads((src / "results.json").read_text(encoding="utf-8")):
+                if item.get("trajectory"):
+                    item["trajectory"] = f"../shard-{k}/{row.key}/{item['trajectory']}"
+                items.append(item)
+        order = {str(t.id): i for i, t in enumerate(_tasks(cfg))}
+        items.sort(key=lambda it: order[str(it["id"])])
+        with atomic_dir(out / row.key) as tmp:
+            summary = write_summary(replace(cfg, out=tmp), items)
+        label = row.label
+        if row.policy == "untrained":
+            label += f" ({cfg.limit} tasks, {cfg.max_turns} turn(s) at most)"
+        scores[row.key] = {
+            "label": label,
+            "system": row.system,
+            "policy": row.policy,
+            "wall_s": round(sum(i["wall_s"][row.key] for i in infos.values()), 1),
+            **{k: v for k, v in summary.items() if k not in ("system", "policy")},
+        }
+    atomic_write_text(out / "scores.json", dump_json(scores) + "\n")
+    # DVC metrics: a file of their own (DVC refuses a metrics file inside a tracked output folder)
+    atomic_write_text(Path(root) / METRICS_FILE, dump_json(flat_metrics(scores)) + "\n")
+    return scores
+
+
+def _tasks(cfg: Any) -> list[Any]:
+    from orchestra.schemas import read_tasks_json
+
+    return read_tasks_json(cfg.benchmark)[: cfg.limit]
+
+
+def build_benchmark_scores(
+    params: Params, root: Path, shards: list[int] | None = None, key: str = ""
+) -> dict[str, Any]:
+    """Evaluate each row of ``eval.rows`` on ``shards`` (default: all) of the embedded benchmark; a
+    shard already built from the same inputs (``key``, the stage's lineage digest) is kept. Merges
+    when every shard is in (``complete`` in the result says whether it did)."""
+    root = Path(root)
+    n = params.eval.shards
+    shards = list(range(n)) if shards is None else shards
+    bad = [k for k in shards if not 0 <= k < n]
+    if bad:
+        raise StageError(f"benchmark shards {bad}: eval.shards is {n}, so shards are 0..{n - 1}")
+    rows = [BY_KEY[k] for k in params.eval.rows]
+    for row in rows:
+        row.policy_arg(root)  # every model present before any row runs
+    t0 = time.perf_counter()
+    ran = []
+    want = (key, n, params.eval.rows)
+    for k in shards:
+        info = _shard_info(root, k) or {}
+        if (info.get("inputs"), info.get("of"), info.get("rows")) != want:
+            _run_shard(params, root, rows, k, key)
+            ran.append(k)
+    infos = {k: _shard_info(root, k) or {} for k in range(n)}
+    ready = {k: i for k, i in infos.items() if (i.get("inputs"), i.get("of"), i.get("rows")) == want}
+    meta: dict[str, Any] = {"rows": len(rows), "shards": n, "shards_run": ran, "complete": len(ready) == n}
+    if len(ready) == n:
+        out = root / STAGE
+        keep = {f"shard-{k}" for k in range(n)} | {r.key for r in rows} | {"scores.json", LINEAGE_FILE}
+        for old in out.iterdir():  # rows and shards of an earlier layout or eval.shards
+            if old.name not in keep and not old.name.startswith("."):
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        scores = _merge(params, root, rows, ready)
+        meta.update(
+            tasks=max((s["n"] for s in scores.values()), default=0),
+            accuracy={k: round(v["accuracy"]["em"]["mean"], 4) for k, v in scores.items()},
+        )
+    meta["wall_s"] = round(time.perf_counter() - t0, 1)
+    return meta
