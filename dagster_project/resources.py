@@ -33,12 +33,18 @@ class ParamsResource(dg.ConfigurableResource):
 def mlflow_tracking(context: dg.InitResourceContext) -> Any:
     """dagster-mlflow's ``MlFlow``: one MLflow run per Dagster run, found again by its
     ``dagster_run_id`` tag in every step process; the training and report runs nest under it. The
-    experiment is made first so a SQLite store keeps its artifacts beside the database."""
+    experiment is made first so a SQLite store keeps its artifacts beside the database; the run is
+    no longer active in this process once the resource is torn down (an in-process run leaves none
+    behind for the next)."""
+    import mlflow
+
     cfg = context.resource_config
     ensure_experiment(cfg["mlflow_tracking_uri"], cfg["experiment_name"])
     mlf = MlFlow(context)
     yield mlf
     mlf.cleanup_on_error()
+    while mlflow.active_run() is not None:  # the next step (or process) finds it again by its tag
+        mlflow.end_run()
 
 
 def project_resources(path: str = PARAMS_PATH) -> dict[str, Any]:

@@ -100,6 +100,7 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
     everything = [*(location.assets or []), *(location.asset_checks or [])]
     result = dg.materialize(everything, resources=project_resources(str(params)), tags=ALL_SHARDS)  # type: ignore[arg-type]
     assert result.success
+    assert mlflow.active_run() is None  # the Dagster run's MLflow run does not outlive it in this process
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks == {
         "verified_samples_are_clean": True,
@@ -112,16 +113,20 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
     assert meta["dvc_md5"].value.endswith(".dir") and meta["up_to_date"].value == "False"
     assert (tmp_path / "data" / "decision_samples" / "samples.jsonl").is_file()
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")  # the project's store, beside params
+    # dagster-mlflow finds the Dagster run's MLflow run by this tag in each step process: it must be one
+    exp = client.get_experiment_by_name("orchestra").experiment_id
+    (pipeline_run,) = client.search_runs([exp], f"tags.dagster_run_id = '{result.run_id}'")
     for name in ("policy_sft", "policy_dagrpo", "policy_grpo"):
         meta = result.asset_materializations_for_node(name)[0].metadata
         assert (Path(meta["model_dir"].value) / "model.safetensors").is_file()
         assert meta["mlflow_run_id"].value and 0 <= meta["metrics"].value["val_valid"] <= 1
         assert meta["mlflow_run"].value.endswith(f"/runs/{meta['mlflow_run_id'].value}")
         run = client.get_run(meta["mlflow_run_id"].value)  # nested under the Dagster run's (dagster-mlflow)
-        assert run.data.tags["dagster_run_id"] == result.run_id
+        assert run.data.tags["orchestra.dagster_run_id"] == result.run_id
         assert run.data.tags["dvc.decision_samples"].endswith(".dir") and run.data.tags["git_commit"]
-        parent = client.get_run(run.data.tags["mlflow.parentRunId"])
-        assert parent.data.tags["dagster_run_id"] == result.run_id
+        assert (
+            run.data.tags["mlflow.parentRunId"] == pipeline_run.info.run_id and run.info.run_name == name[7:]
+        )
     shards = result.asset_materializations_for_node("benchmark_scores")
     assert sorted(m.partition for m in shards) == ["shard-0", "shard-1"]
     meta = shards[0].metadata

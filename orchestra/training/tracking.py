@@ -88,7 +88,8 @@ def recipe_run(
     """An active MLflow run for ``recipe`` (TRL's ``report_to="mlflow"`` logs into it), nested under
     the pipeline run: the run already active in this process (Dagster's, opened by dagster-mlflow's
     resource), else one per git commit and data digest (its status is that of the latest recipe to
-    end in it). Tagged with ``tags``, the git commit, the Dagster run id and the DVC hash of each
+    end in it). Tagged with ``tags``, the git commit, the Dagster run id (``orchestra.dagster_run_id``)
+    and the DVC hash of each
     stage output the recipe read (``dvc.<stage>``); the orchestra params logged with an ``orchestra.``
     prefix. ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
     The run ends FAILED if the body raises."""
@@ -107,7 +108,12 @@ def recipe_run(
         active = mlflow.active_run()
         if active is not None:  # the Dagster run's (dagster-mlflow)
             parent, exp_id = active.info.run_id, active.info.experiment_id
-            inherited = {k: v for k, v in client.get_run(parent).data.tags.items() if k == "dagster_run_id"}
+            try:
+                found = client.get_run(parent)
+            except MlflowException as e:
+                raise TrackingError(f"run {parent} is active in this process but not in {uri}") from e
+            # not dagster_run_id itself: dagster-mlflow finds its run again by that tag in every step
+            inherited = {"orchestra.dagster_run_id": found.data.tags.get("dagster_run_id", "")}
         else:
             exp_id = ensure_experiment(uri, params.tracking.experiment)
             mlflow.set_experiment(experiment_id=exp_id)
