@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from orchestra.config import Params
+from orchestra.errors import OrchestraError
 from orchestra.evaluation.report import LADDER, flat_metrics, markdown_report
 from orchestra.evaluation.runner import EvalConfig, EvalError, load_items, run_eval
 from orchestra.evaluation.scoring import extract_answer
@@ -190,3 +192,46 @@ def test_an_openai_policy_is_evaluated_over_real_http(
     assert got["accuracy"]["em"]["mean"] == 1.0 and got["tokens"]["total"] > 0
     lm_item = next(iter(load_items(tmp_path / "lm").values()))
     assert lm_item["messages"][-1] == {"role": "assistant", "content": f"<answer>{item['answer']}</answer>"}
+
+
+def _ladder_root(built: tuple[Path, str], tmp_path: Path, name: str) -> Path:
+    root = tmp_path / name
+    shutil.copytree(built[0], root)
+    return root
+
+
+def test_ladder_units_in_worker_processes_match_one_process_and_a_failing_row_keeps_the_shards(
+    built: tuple[Path, str], tmp_path: Path
+) -> None:
+    """benchmark_scores runs its (shard, row) units in eval.workers spawned processes: the same items as
+    in one process; a row that fails in a worker fails the stage and leaves the shards that were there."""
+    from orchestra.evaluation.ladder import build_benchmark_scores, eval_workers, shard_dir
+
+    rows = ["react_oracle", "linear_oracle", "orchestra_oracle"]
+    ev = {"rows": rows, "tasks": 4, "max_turns": 8, "concurrency": 1, "shards": 2}
+    outs = {}
+    for workers in (1, 2):
+        params = Params.model_validate({"eval": {**ev, "workers": workers}})
+        assert eval_workers(params, 6) == workers
+        root = _ladder_root(built, tmp_path, f"w{workers}")
+        meta = build_benchmark_scores(params, root, key="k")
+        assert meta["complete"] and meta["shards_run"] == [0, 1] and meta["tasks"] == 4
+        outs[workers] = {
+            r: [
+                (i["id"], i["predicted_answer"], i["em_score"])
+                for i in json.loads((root / "benchmark_scores" / r / "results.json").read_text())
+            ]
+            for r in rows
+        }
+    assert outs[1] == outs[2] and len(outs[2]["orchestra_oracle"]) == 4
+    assert all(em == 1 for _, _, em in outs[2]["orchestra_oracle"])
+
+    # a benchmark whose ids repeat: every unit fails in its worker with the runner's error
+    bench = root / "verified_samples" / "benchmark" / "tasks.json"
+    tasks = json.loads(bench.read_text())
+    bench.write_text(json.dumps([tasks[0], *tasks]))
+    before = {k: (shard_dir(root, k) / "shard.json").read_bytes() for k in (0, 1)}
+    with pytest.raises(OrchestraError, match="task ids repeat"):
+        build_benchmark_scores(params, root, key="k2")
+    assert {k: (shard_dir(root, k) / "shard.json").read_bytes() for k in (0, 1)} == before
+    assert not list((root / "benchmark_scores").glob(".shard-*.tmp"))

@@ -332,6 +332,9 @@ class EvalParams(_Section):
         40, ge=1, description="the first N tasks of the embedded benchmark for every row; null = all"
     )
     concurrency: int = Field(2, ge=1, le=64, description="tasks run at once within a row")
+    workers: int | None = Field(
+        None, ge=1, le=64, description="processes running (shard, row) units at once; null = the usable cores"
+    )
     judge_provider: str | None = Field(None, description="optional LLM judge on top of exact match")
     sc_k: int = Field(1, ge=1, le=64, description="Maestro self-consistency samples")
     max_turns: int = Field(8, ge=1, le=64)

@@ -3,17 +3,22 @@
 Shard ``k`` of ``eval.shards`` holds every n-th task of the first ``eval.tasks`` (from the k-th), each
 row in ``data/benchmark_scores/shard-<k>/<row>/`` (items, results.json, summary.json) with a
 ``shard.json`` naming the inputs it was built from. Dagster partitions the asset by shard, so a
-Kubernetes or Celery executor can spread the shards over machines; a local run covers them all. When
-every shard of the same inputs is present, the merge writes ``<row>/results.json`` and
-``<row>/summary.json`` over all tasks in benchmark order, ``scores.json`` (every row's summary) and
-``data/benchmark_metrics.json`` (the DVC metrics).
+Kubernetes or Celery executor can spread the shards over machines; a local run covers them all. On
+one machine the (shard, row) units run side by side in ``eval.workers`` spawned processes (a row's
+policy decodes one token at a time in Python, so one process keeps about one core busy), the
+trained rows first: they take the longest. When every shard of the same inputs is present, the
+merge writes ``<row>/results.json`` and ``<row>/summary.json`` over all tasks in benchmark order,
+``scores.json`` (every row's summary) and ``data/benchmark_metrics.json`` (the DVC metrics).
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,8 +28,9 @@ from orchestra.errors import StageError
 from orchestra.evaluation.report import BY_KEY, METRICS_FILE, Row, benchmark_file, flat_metrics
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.lineage import LINEAGE_FILE
+from orchestra.tools.pool import usable_cores
 
-__all__ = ["SHARD_FILE", "build_benchmark_scores", "shard_dir", "shard_keys"]
+__all__ = ["SHARD_FILE", "build_benchmark_scores", "eval_workers", "shard_dir", "shard_keys"]
 
 SHARD_FILE = "shard.json"
 STAGE = "benchmark_scores"
@@ -68,18 +74,58 @@ def _row_config(params: Params, root: Path, row: Row, out: Path, shard: tuple[in
     )
 
 
-def _run_shard(params: Params, root: Path, rows: list[Row], k: int, key: str) -> None:
+def _run_unit(params: Params, root: Path, row_key: str, k: int, out: Path) -> float:
+    """One row on shard ``k`` into ``out``; its wall seconds."""
     from orchestra.evaluation.runner import run_eval
 
+    t = time.perf_counter()
+    run_eval(params, _row_config(params, root, BY_KEY[row_key], out, (k, params.eval.shards)))
+    return round(time.perf_counter() - t, 1)
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)  # the workers share the cores: intra-op threads would only contend
+
+
+def eval_workers(params: Params, units: int) -> int:
+    """``eval.workers`` resolved for ``units`` units: None = the usable cores; never more than units."""
+    w = params.eval.workers
+    return max(1, min(usable_cores() if w is None else w, units))
+
+
+def _run_shards(params: Params, root: Path, rows: list[Row], shards: list[int], key: str) -> None:
+    """Every row on each of ``shards``; a shard's folder replaces the old one only when all its rows are
+    in, and a failing row leaves every shard of this call as it was."""
     n = params.eval.shards
-    walls: dict[str, float] = {}
-    with atomic_dir(shard_dir(root, k)) as tmp:
-        for row in rows:
-            t = time.perf_counter()
-            run_eval(params, _row_config(params, root, row, tmp / row.key, (k, n)))
-            walls[row.key] = round(time.perf_counter() - t, 1)
-        info = {"shard": k, "of": n, "inputs": key, "rows": [r.key for r in rows], "wall_s": walls}
-        atomic_write_text(tmp / SHARD_FILE, dump_json(info) + "\n")
+    # trained rows first (minutes each, the oracle rows seconds), so the last unit to start is short
+    units = [(k, r) for r in rows if r.policy != "oracle" for k in shards]
+    units += [(k, r) for r in rows if r.policy == "oracle" for k in shards]
+    workers = eval_workers(params, len(units))
+    with ExitStack() as stack:
+        tmp = {k: stack.enter_context(atomic_dir(shard_dir(root, k))) for k in shards}
+        walls: dict[int, dict[str, float]] = {k: {} for k in shards}
+        if workers == 1:
+            for k, r in units:
+                walls[k][r.key] = _run_unit(params, root, r.key, k, tmp[k] / r.key)
+        else:
+            ctx = multiprocessing.get_context("spawn")  # fresh interpreters: the caller runs threads
+            threads = max(1, usable_cores() // workers)
+            with ProcessPoolExecutor(workers, ctx, _init_worker, (threads,)) as pool:
+                futures: list[tuple[int, str, Future[float]]] = [
+                    (k, r.key, pool.submit(_run_unit, params, root, r.key, k, tmp[k] / r.key))
+                    for k, r in units
+                ]
+                try:
+                    for k, key_, f in futures:
+                        walls[k][key_] = f.result()
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+        for k in shards:
+            info = {"shard": k, "of": n, "inputs": key, "rows": [r.key for r in rows], "wall_s": walls[k]}
+            atomic_write_text(tmp[k] / SHARD_FILE, dump_json(info) + "\n")
 
 
 def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -139,13 +185,14 @@ def build_benchmark_scores(
     for row in rows:
         row.policy_arg(root)  # every model present before any row runs
     t0 = time.perf_counter()
-    ran = []
     want = (key, n, params.eval.rows)
-    for k in shards:
-        info = _shard_info(root, k) or {}
-        if (info.get("inputs"), info.get("of"), info.get("rows")) != want:
-            _run_shard(params, root, rows, k, key)
-            ran.append(k)
+    ran = [
+        k
+        for k in shards
+        if ((i := _shard_info(root, k) or {}).get("inputs"), i.get("of"), i.get("rows")) != want
+    ]
+    if ran:
+        _run_shards(params, root, rows, ran, key)
     infos = {k: _shard_info(root, k) or {} for k in range(n)}
     ready = {k: i for k, i in infos.items() if (i.get("inputs"), i.get("of"), i.get("rows")) == want}
     meta: dict[str, Any] = {"rows": len(rows), "shards": n, "shards_run": ran, "complete": len(ready) == n}

@@ -306,14 +306,14 @@ def run_eval(
     if not cfg.benchmark.is_file():
         raise EvalError(f"{cfg.benchmark}: no benchmark file")
     tasks = read_tasks_json(cfg.benchmark)[: cfg.limit]
+    ids = [str(t.id) for t in tasks]
+    if len(set(ids)) != len(ids):  # over every shard: the merge keys items by id
+        raise EvalError(f"{cfg.benchmark}: task ids repeat; each item needs its own id")
     if cfg.shard is not None:
         k, n = cfg.shard
         if not 0 <= k < n:
             raise EvalError(f"shard {k} of {n}: k must be in [0, n)")
-        tasks = tasks[k::n]
-    ids = [str(t.id) for t in tasks]
-    if len(set(ids)) != len(ids):
-        raise EvalError(f"{cfg.benchmark}: task ids repeat; each item needs its own id")
+        tasks, ids = tasks[k::n], ids[k::n]
     cfg.out.mkdir(parents=True, exist_ok=True)
     fp = cfg.fingerprint()
     run_file = cfg.out / RUN_FILE
