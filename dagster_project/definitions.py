@@ -31,10 +31,16 @@ from dagster_project.automation import (
 )
 from dagster_project.resources import project_resources
 
+#: imported once by the multiprocess executor's forkserver, which forks every step from it: a spawned
+#: step would import them again (about 4 s for this code location, 4 for torch, 5 for GE), a dozen
+#: times on the way from seed_tasks to report
+PRELOAD = ["dagster_project.definitions", "torch", "transformers", "great_expectations"]
+
 
 def _executor() -> dg.ExecutorDefinition:
-    """Dagster's multiprocess executor (each step a process), or with ``ORCHESTRA_EXECUTOR=celery``
-    dagster-celery's, whose workers on other machines run the steps (configs/dagster_celery.yaml)."""
+    """Dagster's multiprocess executor (each step a process forked from a forkserver that has
+    :data:`PRELOAD` imported), or with ``ORCHESTRA_EXECUTOR=celery`` dagster-celery's, whose workers on
+    other machines run the steps (configs/dagster_celery.yaml)."""
     kind = os.environ.get("ORCHESTRA_EXECUTOR", "multiprocess")
     if kind == "celery":
         from dagster_celery import celery_executor
@@ -42,7 +48,7 @@ def _executor() -> dg.ExecutorDefinition:
         return celery_executor
     if kind != "multiprocess":
         raise ValueError(f"ORCHESTRA_EXECUTOR={kind!r}: valid values are multiprocess, celery")
-    return dg.multiprocess_executor
+    return dg.multiprocess_executor.configured({"start_method": {"forkserver": {"preload_modules": PRELOAD}}})
 
 
 defs = dg.Definitions(

@@ -71,6 +71,7 @@ def _work(spec: str, args: dict[str, Any]) -> Observation:
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 _LOCK = threading.Lock()
+_FINALIZED_IN: int | None = None  # the process whose exit shuts the pools down
 
 
 def _pool(size: int) -> ProcessPoolExecutor:
@@ -82,7 +83,20 @@ def _pool(size: int) -> ProcessPoolExecutor:
             # ``if __name__ == "__main__"``, as every entry point of the project is).
             ctx = multiprocessing.get_context("spawn")
             pool = _POOLS[size] = ProcessPoolExecutor(size, mp_context=ctx, initializer=_init_worker)
+            _shut_down_at_exit()
         return pool
+
+
+def _shut_down_at_exit() -> None:
+    """A multiprocessing finalizer, not an atexit hook: a process that is itself a multiprocessing
+    child (a Dagster step) ends with os._exit after joining its children, without atexit or the
+    executor's own exit hook, and would wait forever on idle workers; finalizers of priority >= 0 run
+    before that join. Registered by the process that starts a pool, not at import: a child forked from
+    a process that imported this module (Dagster's forkserver) starts with the finalizers cleared."""
+    global _FINALIZED_IN
+    if _FINALIZED_IN != os.getpid():
+        multiprocessing.util.Finalize(None, _shutdown, exitpriority=100)
+        _FINALIZED_IN = os.getpid()
 
 
 def _drop(size: int, pool: ProcessPoolExecutor) -> None:
@@ -98,12 +112,6 @@ def _shutdown() -> None:
         _POOLS.clear()
     for pool in pools:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-# A multiprocessing finalizer, not an atexit hook: a process that is itself a multiprocessing child (a
-# Dagster step) ends with os._exit after joining its children, without atexit or the executor's own
-# exit hook, and would wait forever on idle workers; finalizers of priority >= 0 run before that join.
-multiprocessing.util.Finalize(None, _shutdown, exitpriority=100)
 
 
 class PooledTool(ToolWrapper):
