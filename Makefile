@@ -47,7 +47,8 @@ $(DAGSTER_HOME)/dagster.yaml:
 	  && $(DVC_VENV)/bin/dvc remote add -d local .dvc-remote; }
 
 # Dagster materializes what is not up to date (lineage records), every benchmark shard in one run.
-pipeline: setup
+# (It needs neither DVC nor its environment: `make repro` and `make test` set that up.)
+pipeline: system-deps $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/python -m dagster_project.pipeline
 
 test: setup
