@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestra.config import data_root, load_params
 from orchestra.training.common import evaluate_policy, file_digest, mean_rubric
-from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.examples import PolicyView, load_samples, target_texts
 from orchestra.training.rewards import answers_equal, rubric
 
 RECIPES = ("sft", "grpo", "dagrpo")
@@ -37,11 +37,11 @@ def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  
     train = [s for s in samples if s.split == "train"]
     val = [s for s in samples if s.split == "val"][:limit]
     view = PolicyView()
-    seen = {view.target(s.decision) for s in train}
+    seen = target_texts(view, train)
     texts = []
     for s in train:
         texts += [m["content"] for m in view.messages(OrchestraState.model_validate(s.state), params.agent)]
-        texts.append(view.target(s.decision))
+        texts.append(view.target(s.decision, OrchestraState.model_validate(s.state)))
     models = {"untrained": build_policy(params.train.policy, texts, params.train.seed)}
     for recipe in RECIPES:
         path = root / f"policy_{recipe}" / "model"

@@ -23,8 +23,11 @@ from orchestra.agent.refs import (
     Ref,
     ReferenceError_,
     find_refs,
+    mark_question,
     missing_refs,
+    question_spans,
     substitute,
+    substitute_spans,
 )
 from orchestra.schemas import Delegate, Finish, SubTask
 from orchestra.text import format_value
@@ -250,3 +253,34 @@ def test_decision_module_imports_on_its_own() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_question_spans_are_names_numbers_and_tool_words_in_order() -> None:
+    q = 'Count the yellow squares, then "The Red Fox" and Setesas Vol in the chart for 2015; Morse too.'
+    vocab = ["red", "yellow", "square", "circle"]
+    assert question_spans(q, vocab) == ["yellow", "square", "The Red Fox", "Setesas Vol", "2015", "Morse"]
+    marked = mark_question(q, vocab)
+    assert marked.startswith('Count the yellow #Q1 squares #Q2, then "The Red Fox" #Q3 and Setesas Vol #Q4')
+    assert "2015 #Q5; Morse #Q6 too." in marked  # a capital after ';' opens no sentence
+    assert question_spans(q, vocab, plain={"morse"})[-1] == "2015"  # a word of the goal grammar is no name
+    assert question_spans("Red circles. Red again", vocab) == ["red", "circle"]  # tool words at any place
+    assert question_spans("Compute it. Then Zegas", vocab) == ["Zegas"]  # sentence openers are not names
+    assert substitute_spans("colour #Q1 and type #Q2 in #M1", ["yellow", "square"]) == (
+        "colour yellow and type square in #M1"
+    )
+    with pytest.raises(ReferenceError_, match="#Q3 names no span of the question"):
+        substitute_spans("#Q3", ["a", "b"])
+
+
+def test_question_references_resolve_when_checked_in_a_state() -> None:
+    ctx = ValidationContext(
+        backends={"vision_expert": {"counting"}}, tools={"image_count_objects"}, n_modal=1, spans=("red",)
+    )
+    text = "E1 vision_expert image_count_objects M1 - count the shapes of colour #Q1 and type any in #M1"
+    out = parse_decision(text, fmt="lines", context=ctx)
+    assert isinstance(out, Delegate) and out.subtasks[0].goal.startswith("count the shapes of colour red and")
+    unresolved = parse_decision(text, fmt="lines")  # without a state the reference stays
+    assert isinstance(unresolved, Delegate) and "#Q1" in unresolved.subtasks[0].goal
+    bad = parse_decision(text.replace("#Q1", "#Q2"), fmt="lines", context=ctx)
+    assert isinstance(bad, ParseError) and bad.kind == ErrorKind.UNKNOWN_REFERENCE and "#Q2" in bad.reason
+    assert parse_decision("= #Q1", fmt="lines", context=ctx) == Finish(answer="red")

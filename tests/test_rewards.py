@@ -512,3 +512,11 @@ def test_make_rubric_follows_the_reward_provider() -> None:
     )
     with pytest.raises(StageError, match="'x' is a 'transformers' provider"):
         make_rubric(params)
+
+
+def test_question_references_are_resolved_before_the_rubric_compares() -> None:
+    state = fresh_state().model_copy(update={"question": QUESTION + " Ask Fagosti."})  # one span: #Q1
+    ok = rubric(LINES.replace("count the objects", "count the #Q1 objects"), state, EXPERT)
+    assert (ok.format, ok.validity) == (1.0, 1.0) and 0 < ok.decision < 1
+    beyond = rubric(LINES.replace("count the objects", "count the #Q2 objects"), state, EXPERT)
+    assert scores(beyond) == (1.0, 0.0, 0.0, 0.0) and "#Q2" in beyond.reason

@@ -207,7 +207,7 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     # the published directory is what the LM policy loads, read as it was trained (its saved view wins)
     spec = ProviderSpec(kind="transformers", model=str(dag.model_dir), state_style="verbose")
     policy = lm_policy(spec, params.agent)
-    assert policy.fmt == "lines" and policy.style == "bare"
+    assert policy.fmt == "lines" and policy.style == "marked"
 
 
 def test_sft_rows_repeat_first_decisions_and_the_bare_view_names_no_pool(built: tuple[Path, str]) -> None:
@@ -280,3 +280,62 @@ def _runs_by_id(tmp_path: Path, run_id: str) -> str:
     run = next(r for r in _runs(tmp_path) if r.info.run_id == run_id)
     assert run.info.status == "FINISHED"
     return run.info.run_id
+
+
+def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans() -> None:
+    from orchestra.agent.state import OrchestraState, ToolCard
+    from orchestra.backends.base import BackendCard
+    from orchestra.schemas import DecisionSample
+    from orchestra.tools.image import ImageCountObjects
+    from orchestra.training.examples import PolicyView, score_decisions, span_refs
+
+    card = ToolCard.from_tool(ImageCountObjects())
+    assert {"red", "yellow", "square", "circle"} <= set(card.values) and "careful" not in card.values
+    state = OrchestraState(
+        question="What is the count of yellow squares times the value shown for Setesas in the chart?",
+        modal_inputs=[{"id": "image_a", "path": "images/a.png", "type": "image"}],
+        tools=[card, ToolCard(name="image_read_chart"), ToolCard(name="code_executor")],
+        backends=[BackendCard(name="vision_fast", kind="builtin", skills={"counting": 1.0, "chart": 1.0},
+                              price_per_call=0.001, latency_s=0.1)],
+    )  # fmt: skip
+    count = "count the shapes of colour yellow and type square in #M1"
+    chart = "read the chart value for the label Setesas in #M1"
+    look = {"modalities": ["M1"], "backend": "vision_fast"}
+    expert = Delegate(
+        subtasks=[
+            SubTask(id="E1", goal=count, tools=["image_count_objects"], **look),
+            SubTask(id="E2", goal=chart, tools=["image_read_chart"], **look),
+            SubTask(id="E3", goal="compute #E1 * #E2", depends_on=["E1", "E2"], tools=["code_executor"]),
+        ]
+    )
+    view = PolicyView()
+    assert view.style == "marked"
+    prompt = view.messages(state, Params().agent)[1]["content"]
+    assert "yellow #Q1 squares #Q2" in prompt and "Setesas #Q3 in the chart" in prompt
+    target = view.target(expert, state)
+    assert "colour #Q1 and type #Q2 in #M1" in target and "for the label #Q3 in #M1" in target
+    assert "compute #E1 * #E2" in target and span_refs(expert, ()) == expert
+    sample = DecisionSample(
+        sample_id="s", task_id="t", split="val", step_index=0, prompt=[], state=state.model_dump(mode="json"),
+        decision=expert, completion="",
+    )  # fmt: skip
+    wrong_span = target.replace("#Q3", "#Q1")
+    beyond = target.replace("#Q3", "#Q9")
+    outputs = [target, render_decision(expert, "lines"), wrong_span, beyond]
+    score, rows = score_decisions(outputs, [sample] * 4)
+    assert [r["exact"] for r in rows] == [True, True, False, False]
+    assert [r["valid"] for r in rows] == [True, True, True, False] and "#Q9" in rows[3]["error"]
+    assert rows[0]["unseen"] and not score_decisions([target], [sample], view, {target})[1][0]["unseen"]
+
+    # a result less sure than the runtime's escalation threshold is marked; the bare view shows no mark
+    from orchestra.agent.memory import Evidence
+
+    seen = [
+        Evidence(id="E1", goal=count, status="ok", value=3, confidence=c, backend="vision_fast")
+        for c in (0.4, 0.9)
+    ]
+    unsure = state.model_copy(update={"context": seen[:1], "unsure_below": 0.6})
+    sure = state.model_copy(update={"context": seen[1:], "unsure_below": 0.6})
+    assert view.messages(unsure, Params().agent)[1]["content"].splitlines()[2].endswith("= 3 c0.40?")
+    assert view.messages(sure, Params().agent)[1]["content"].splitlines()[2].endswith("= 3 c0.90")
+    assert "c0.40?" not in PolicyView(style="bare").messages(unsure, Params().agent)[1]["content"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestra.agent.graph import GraphError, check_nodes
-from orchestra.agent.refs import SUBTASK_ID_PATTERN, Ref, find_refs
+from orchestra.agent.refs import SUBTASK_ID_PATTERN, Ref, ReferenceError_, find_refs, substitute_spans
 from orchestra.errors import OrchestraError
 from orchestra.schemas import Delegate, Finish, MaestroSearch, SubTask, brief
 from orchestra.text import format_value
@@ -27,6 +27,7 @@ __all__ = [
     "ValidationContext",
     "parse_decision",
     "render_decision",
+    "resolve_spans",
     "search_to_delegate",
     "validate_decision",
 ]
@@ -94,13 +95,15 @@ Action = Delegate | Finish | MaestroSearch
 @dataclass(frozen=True)
 class ValidationContext:
     """What a decision is checked against: the backend pool (name -> skills), the tool names, the
-    number of modal inputs, the ids of existing evidence and which of those succeeded."""
+    number of modal inputs, the ids of existing evidence and which of those succeeded, the spans of
+    the question."""
 
     backends: Mapping[str, Collection[str]] = field(default_factory=dict)
     tools: Collection[str] = frozenset()
     n_modal: int = 0
     evidence_ids: Collection[str] = frozenset()
     ok_ids: Collection[str] | None = None  # None: every evidence id has a value
+    spans: Sequence[str] = ()  # the question spans #Q1, #Q2, ... name (refs.question_spans)
 
     def resolvable(self) -> Collection[str]:
         return self.evidence_ids if self.ok_ids is None else self.ok_ids
@@ -320,7 +323,8 @@ def parse_decision(
     the first decodable object); unquoted numeric answers become strings; '#M1'/'#E1' in
     modalities/depends_on are read as 'M1'/'E1'. Maestro: the first ``<search>``/``<answer>`` tag;
     a missing closing tag at the end of the text is tolerated. With ``context`` the action is also
-    checked by :func:`validate_decision`.
+    checked by :func:`validate_decision`, after its ``#Q<n>`` references are replaced by the
+    question spans they name (:func:`resolve_spans`).
     """
     if fmt == "json":
         action = _parse_json(text)
@@ -332,7 +336,26 @@ def parse_decision(
         raise ValueError(f"unknown decision format {fmt!r}; valid: json, maestro, lines")
     if isinstance(action, ParseError) or context is None:
         return action
+    action = resolve_spans(action, context.spans)
+    if isinstance(action, ParseError):
+        return action
     return validate_decision(action, context) or action
+
+
+def resolve_spans(action: Action, spans: Sequence[str]) -> Action | ParseError:
+    """``action`` with every ``#Q<n>`` in goals, queries and the answer replaced by the n-th question
+    span; an unknown reference is a :class:`ParseError` (``unknown_reference``)."""
+    try:
+        if isinstance(action, Finish):
+            return action.model_copy(update={"answer": substitute_spans(action.answer, spans)})
+        if isinstance(action, MaestroSearch):
+            return action.model_copy(update={"query": substitute_spans(action.query, spans)})
+        subtasks = [
+            st.model_copy(update={"goal": substitute_spans(st.goal, spans)}) for st in action.subtasks
+        ]
+    except ReferenceError_ as e:
+        return _err(ErrorKind.UNKNOWN_REFERENCE, str(e))
+    return Delegate(subtasks=subtasks)
 
 
 # --- rendering ---------------------------------------------------------------------------------------

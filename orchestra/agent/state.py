@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -10,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.agent.decision import Format, ValidationContext
 from orchestra.agent.memory import Evidence, TokenCounter, compress, render_evidence
-from orchestra.agent.refs import modal_key
+from orchestra.agent.refs import mark_question, modal_key, question_spans
 from orchestra.backends.base import BackendCard
 from orchestra.backends.goals import goal_phrases
 from orchestra.errors import OrchestraError
@@ -31,12 +33,13 @@ __all__ = [
     "render_evidence_compact",
     "render_state",
     "system_prompt",
+    "span_lexicon",
     "validation_context",
 ]
 
 
-Style = Literal["verbose", "compact", "minimal", "bare"]
-STYLES: tuple[Style, ...] = ("verbose", "compact", "minimal", "bare")
+Style = Literal["verbose", "compact", "minimal", "bare", "marked"]
+STYLES: tuple[Style, ...] = ("verbose", "compact", "minimal", "bare", "marked")
 
 
 class ContextBudgetError(OrchestraError):
@@ -44,19 +47,29 @@ class ContextBudgetError(OrchestraError):
 
 
 class ToolCard(BaseModel):
-    """A tool as the orchestrator sees it: name, one-line description, skill profile."""
+    """A tool as the orchestrator sees it: name, one-line description, skill profile, and the closed
+    set of argument values it takes (its input schema's enums, e.g. colour and shape names; the
+    execution ``mode`` aside): the words of a question that ``#Q<n>`` may name (refs.question_spans)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     description: str = ""
     skills: dict[str, float] = Field(default_factory=dict)
+    values: list[str] = Field(default_factory=list)
 
     @classmethod
     def from_tool(cls, tool: Tool, skills: Mapping[str, float] | None = None) -> ToolCard:
         first = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
         prof = skills if skills is not None else (getattr(tool, "skills", None) or {})
-        return cls(name=tool.name, description=first, skills={k: float(prof[k]) for k in sorted(prof)})
+        props = (tool.input_schema or {}).get("properties", {})
+        values = {str(v): None for k, p in props.items() if k != "mode" for v in p.get("enum", [])}
+        return cls(
+            name=tool.name,
+            description=first,
+            skills={k: float(prof[k]) for k in sorted(prof)},
+            values=list(values),
+        )
 
 
 class HistoryItem(BaseModel):
@@ -116,6 +129,9 @@ class OrchestraState(BaseModel):
     max_turns: int | None = Field(None, ge=1)
     sufficiency: float | None = Field(None, ge=0, le=1, description="memory.sufficiency of the context")
     threshold: float | None = Field(None, ge=0, le=1, description="sufficiency at which the loop may stop")
+    unsure_below: float | None = Field(
+        None, ge=0, le=1, description="results less sure than this are re-delegated (escalation_confidence)"
+    )
 
 
 def validation_context(state: OrchestraState) -> ValidationContext:
@@ -126,7 +142,19 @@ def validation_context(state: OrchestraState) -> ValidationContext:
         n_modal=len(state.modal_inputs),
         evidence_ids=frozenset(e.id for e in state.context),
         ok_ids=frozenset(e.id for e in state.context if e.ok),
+        spans=tuple(question_spans(state.question, *span_lexicon(state))),
     )
+
+
+@functools.cache
+def _grammar_words() -> frozenset[str]:
+    return frozenset(w for ps in goal_phrases().values() for p in ps for w in re.findall(r"[a-z]+", p))
+
+
+def span_lexicon(state: OrchestraState) -> tuple[list[str], frozenset[str]]:
+    """What :func:`~orchestra.agent.refs.question_spans` reads besides the question: every closed-set
+    argument value of the state's tools, and the words of the goal grammar (never a name)."""
+    return list(dict.fromkeys(v for t in state.tools for v in t.values)), _grammar_words()
 
 
 _JSON_RULES = """Reply with exactly one JSON object and nothing else, either
@@ -235,8 +263,11 @@ def render_evidence_compact(e: Evidence) -> str:
     return f"{head} = {_short(value, 90)}{conf}"
 
 
-def _compact_user(state: OrchestraState, evidence: Sequence[str], history: Sequence[str]) -> str:
-    lines = [f"Q {state.question}"]
+def _compact_user(
+    state: OrchestraState, evidence: Sequence[str], history: Sequence[str], marked: bool = False
+) -> str:
+    question = mark_question(state.question, *span_lexicon(state)) if marked else state.question
+    lines = [f"Q {question}"]
     if state.modal_inputs:
         lines.append(" | ".join(f"{modal_key(i)} {m.type}" for i, m in enumerate(state.modal_inputs)))
     lines += [*evidence, *history]
@@ -252,6 +283,19 @@ class _Style:
     user: Callable[[OrchestraState, Sequence[str], Sequence[str]], str]
     evidence: Callable[[Evidence], str]
     history: Callable[[Sequence[HistoryItem]], list[str]]
+    marks_unsure: bool = False
+
+    def line(self, state: OrchestraState) -> Callable[[Evidence], str]:
+        """How this style writes one evidence item of ``state``."""
+        below = state.unsure_below
+        if not self.marks_unsure or below is None:
+            return self.evidence
+
+        def line(e: Evidence) -> str:
+            unsure = e.ok and e.confidence is not None and e.confidence < below
+            return self.evidence(e) + ("?" if unsure else "")
+
+        return line
 
 
 _STYLES: dict[Style, _Style] = {
@@ -282,6 +326,16 @@ _STYLES["bare"] = _Style(
     evidence=render_evidence_compact,
     history=_STYLES["compact"].history,
 )
+# bare, with each question span marked by the #Q<n> that names it: the policy writes the reference
+# and the runtime puts the span in (refs.question_spans), so rare names need not be copied; and a
+# result less sure than the state's unsure_below marked '?' (the comparison is the runtime's).
+_STYLES["marked"] = _Style(
+    system=_STYLES["bare"].system,
+    user=lambda state, ev, hist: _compact_user(state, ev, hist, marked=True),
+    evidence=render_evidence_compact,
+    history=_STYLES["compact"].history,
+    marks_unsure=True,
+)
 
 
 def _newest_fitting(costs: Sequence[int], room: int) -> int:
@@ -306,15 +360,16 @@ def render_state(
     """``[system, user]`` messages for ``state`` within ``budget_tokens`` (by ``counter``); deterministic.
 
     ``style``: ``verbose`` (role, rules, descriptions and the goal grammar: for LLM policies) or
-    ``compact`` (names and numbers only: for a small trained policy) or ``minimal`` (compact with
-    the pool reduced to names: for a policy trained on that pool) or ``bare`` (compact without the
-    pool: for a policy trained on one fixed pool). The fixed part (system
-    prompt, question, modal inputs) is measured first; if it alone exceeds the budget, backend/tool
-    descriptions are dropped, and if that is still too long :class:`ContextBudgetError` is raised.
-    The rest of the budget goes to the context and history: the newest history entries that fit in
-    a third are reserved, evidence is compressed into what is left, at most ``evidence_tokens``
-    (:func:`~orchestra.agent.memory.compress`), then history takes any remainder. A final check
-    against ``counter`` on the whole text drops oldest history, then least relevant evidence.
+    ``compact`` (names and numbers only: for a small trained policy) or ``minimal`` (compact with the
+    pool reduced to names: for a policy trained on that pool) or ``bare`` (compact without the pool: for
+    a policy trained on one fixed pool) or ``marked`` (bare, the question's spans marked with the
+    ``#Q<n>`` that names each, results less sure than ``unsure_below`` marked ``?``). The fixed part
+    (system prompt, question, modal inputs) is measured first; if it alone exceeds the budget,
+    backend/tool descriptions are dropped, and if that is still too long :class:`ContextBudgetError` is
+    raised. The rest of the budget goes to the context and history: the newest history entries that fit
+    in a third are reserved, evidence is compressed into what is left, at most ``evidence_tokens``
+    (:func:`~orchestra.agent.memory.compress`), then history takes any remainder. A final check against
+    ``counter`` on the whole text drops oldest history, then least relevant evidence.
     """
     if style not in _STYLES:
         raise ValueError(f"unknown render style {style!r}; valid: {', '.join(STYLES)}")
@@ -335,8 +390,9 @@ def render_state(
     ev_room = room - sum(hist_cost[-reserved:] if reserved else [])
     if evidence_tokens is not None:
         ev_room = min(ev_room, evidence_tokens)
-    evidence = compress(state.question, state.context, ev_room, counter=counter, line=st.evidence)
-    ev_lines = [st.evidence(e) for e in evidence]
+    line = st.line(state)
+    evidence = compress(state.question, state.context, ev_room, counter=counter, line=line)
+    ev_lines = [line(e) for e in evidence]
     room -= sum(counter(x) for x in ev_lines)
     n_hist = _newest_fitting(hist_cost, room)
     kept_hist = hist_lines[len(hist_lines) - n_hist :]
@@ -352,8 +408,8 @@ def render_state(
                 evidence,
                 sum(counter(x) for x in ev_lines) - 1,
                 counter=counter,
-                line=st.evidence,
+                line=line,
             )
             evidence = ranked if len(ranked) < len(evidence) else evidence[:-1]
-            ev_lines = [st.evidence(e) for e in evidence]
+            ev_lines = [line(e) for e in evidence]
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -169,6 +169,7 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
             max_turns=env.max_turns,
             sufficiency=score if len(store) else None,
             threshold=agent.sufficiency_threshold,
+            unsure_below=agent.escalation_confidence,
         )
         tr = time.perf_counter()
         messages = policy.render(state, agent)

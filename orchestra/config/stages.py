@@ -32,9 +32,9 @@ class ProviderSpec(_Section):
     decision_format: Literal["json", "lines"] = Field(
         "json", description="what a policy on this provider writes in the orchestra system"
     )
-    state_style: Literal["verbose", "compact", "minimal", "bare"] = Field(
+    state_style: Literal["verbose", "compact", "minimal", "bare", "marked"] = Field(
         "verbose",
-        description="how a policy reads states: verbose (LLM) | compact | minimal | bare (a trained policy)",
+        description="how a policy reads states: verbose (LLM) | compact | minimal | bare | marked (trained)",
     )
 
     @model_validator(mode="after")

@@ -189,7 +189,7 @@ def evaluate_policy(
     target text is not among them."""
     prompts = [view.messages(OrchestraState.model_validate(s.state), agent) for s in samples]
     outputs = generate(model, tokenizer, prompts, agent.decision_tokens)
-    return score_decisions(outputs, samples, view.fmt, seen)
+    return score_decisions(outputs, samples, view, seen)
 
 
 RUBRIC_PARTS = ("format", "validity", "tools", "decision")

@@ -7,9 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestra.agent.decision import Action, Format, ParseError, parse_decision, render_decision
+from orchestra.agent.decision import (
+    Action,
+    Format,
+    ParseError,
+    parse_decision,
+    render_decision,
+    resolve_spans,
+)
 from orchestra.agent.refs import REF_PATTERN
 from orchestra.agent.state import OrchestraState, Style, render_state, validation_context
+from orchestra.backends.goals import GoalError, parse_goal, perception_goal
 from orchestra.config import AgentParams
 from orchestra.io import read_jsonl
 from orchestra.schemas import DecisionSample, Delegate, Finish
@@ -20,15 +28,18 @@ __all__ = [
     "canonical",
     "load_samples",
     "score_decisions",
+    "span_refs",
     "structure",
+    "target_texts",
 ]
 
 
 @dataclass(frozen=True)
 class PolicyView:
-    """How a trained policy reads states and writes decisions (saved beside its weights)."""
+    """How a trained policy reads states and writes decisions (saved beside its weights). In the
+    ``marked`` style the question's spans are marked and the targets name them (``#Q<n>``)."""
 
-    style: Style = "bare"
+    style: Style = "marked"
     fmt: Format = "lines"
 
     def messages(self, state: OrchestraState, agent: AgentParams) -> list[dict[str, str]]:
@@ -36,8 +47,38 @@ class PolicyView:
             state, agent.state_tokens, fmt=self.fmt, style=self.style, evidence_tokens=agent.evidence_tokens
         )
 
-    def target(self, decision: Action) -> str:
+    def target(self, decision: Action, state: OrchestraState) -> str:
+        """The text the policy should write for ``decision`` in ``state``."""
+        if self.style == "marked":
+            decision = span_refs(decision, validation_context(state).spans)
         return render_decision(decision, self.fmt)
+
+
+def target_texts(view: PolicyView, samples: Iterable[DecisionSample]) -> set[str]:
+    """The target text of every sample (the ``seen`` set of the exact rate on unseen targets)."""
+    return {view.target(s.decision, OrchestraState.model_validate(s.state)) for s in samples}
+
+
+def span_refs(action: Action, spans: Sequence[str]) -> Action:
+    """``action`` as a policy that reads marked questions writes it: each perception argument that is
+    a question span (a chart label, a colour, a shape) becomes the ``#Q<n>`` naming it; resolving
+    the references (decision.resolve_spans) gives ``action`` back."""
+    if not isinstance(action, Delegate) or not spans:
+        return action
+    index = {span: f"#Q{n}" for n, span in enumerate(spans, 1)}
+    out = []
+    for st in action.subtasks:
+        try:
+            goal = parse_goal(st.goal)
+        except GoalError:
+            goal = None
+        if goal is None or goal.perception is None or goal.modal is None:
+            out.append(st)
+            continue
+        args = {k: index.get(str(v), v) for k, v in goal.meta.get("args", {}).items()}
+        text = perception_goal(goal.perception.name, args, f"#{goal.modal}")
+        out.append(st.model_copy(update={"goal": text}))
+    return Delegate(subtasks=out)
 
 
 def load_samples(path: Path, splits: Iterable[str] | None = None) -> list[DecisionSample]:
@@ -105,19 +146,25 @@ class DecisionScore:
 def score_decisions(
     outputs: Sequence[str],
     samples: Sequence[DecisionSample],
-    fmt: Format = "lines",
+    view: PolicyView = PolicyView(),
     seen: Collection[str] = (),
 ) -> tuple[DecisionScore, list[Mapping[str, Any]]]:
-    """Each policy output against its sample's expert decision, and per-sample rows (for a report).
-    ``seen``: the target texts of training (in ``fmt``), for the exact rate on unseen targets."""
+    """Each policy output (in ``view.fmt``) against its sample's expert decision, and per-sample rows
+    (for a report); ``#Q<n>`` references count as the spans they name. ``seen``: the target texts of
+    training (:meth:`PolicyView.target`), for the exact rate on unseen targets."""
     seen = set(seen)
+    fmt = view.fmt
     rows: list[Mapping[str, Any]] = []
     for text, sample in zip(outputs, samples, strict=True):
         state = OrchestraState.model_validate(sample.state)
+        ctx = validation_context(state)
         parsed = parse_decision(text, fmt=fmt)
         ok = not isinstance(parsed, ParseError)
-        checked = parse_decision(text, fmt=fmt, context=validation_context(state)) if ok else parsed
+        checked = parse_decision(text, fmt=fmt, context=ctx) if ok else parsed
         valid = not isinstance(checked, ParseError)
+        if ok:
+            resolved = resolve_spans(parsed, ctx.spans)  # type: ignore[arg-type]
+            parsed = parsed if isinstance(resolved, ParseError) else resolved
         expert = sample.decision
         rows.append(
             {
@@ -127,7 +174,7 @@ def score_decisions(
                 "valid": valid,
                 "exact": ok and canonical(parsed) == canonical(expert),  # type: ignore[arg-type]
                 "structural": ok and structure(parsed) == structure(expert),  # type: ignore[arg-type]
-                "unseen": render_decision(expert, fmt) not in seen,
+                "unseen": view.target(expert, state) not in seen,
                 "error": "" if valid else str(checked),
                 "output": text,
             }

@@ -22,7 +22,7 @@ from orchestra.training.common import (
     file_digest,
     train_and_publish,
 )
-from orchestra.training.examples import load_samples
+from orchestra.training.examples import load_samples, target_texts
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 from orchestra.training.sft import samples_path
@@ -156,6 +156,6 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
             processing_class=tokenizer,
             callbacks=[step_callback()],
         )
-        seen = {view.target(s.decision) for s in train}
+        seen = target_texts(view, train)
         run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
         return train_and_publish(run, trainer, model, view, params, val, seen, len(rows))

@@ -14,7 +14,7 @@ from orchestra.config import AgentParams, GRPOParams, Params
 from orchestra.errors import StageError
 from orchestra.schemas import Task
 from orchestra.training.common import RecipeRun, RunDirs, TrainResult, file_digest, train_and_publish
-from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.examples import PolicyView, load_samples, target_texts
 from orchestra.training.grpo import grpo_config, prompt_order, start_policy
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import answers_equal
@@ -153,7 +153,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     val = [s for s in samples if s.split == "val"]
     start = start_policy(root)
     model, tokenizer, view = load_policy(start)
-    seen = {view.target(s.decision) for s in samples if s.split == "train"}
+    seen = target_texts(view, (s for s in samples if s.split == "train"))
     dirs = RunDirs(root / "policy_grpo")
     fingerprint = {
         "recipe": "grpo",

@@ -26,6 +26,7 @@ from orchestra.agent.decision import (
     Format,
     ParseError,
     parse_decision,
+    resolve_spans,
     search_to_delegate,
     validate_decision,
 )
@@ -114,7 +115,12 @@ def rubric(text: str, state: OrchestraState, expert: Action, fmt: Format = "line
     action = parse_decision(text, fmt=fmt)
     if isinstance(action, ParseError):
         return RubricScores(0.0, 0.0, 0.0, 0.0, reason=str(action))
-    error = validate_decision(action, validation_context(state))
+    ctx = validation_context(state)
+    resolved = resolve_spans(action, ctx.spans)
+    if isinstance(resolved, ParseError):
+        return RubricScores(1.0, 0.0, 0.0, 0.0, reason=str(resolved))
+    action = resolved
+    error = validate_decision(action, ctx)
     if error is not None:
         return RubricScores(1.0, 0.0, 0.0, 0.0, reason=str(error))
     return RubricScores(1.0, 1.0, tool_reward(action, state, expert), decision_reward(action, state, expert))

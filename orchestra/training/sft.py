@@ -45,7 +45,7 @@ def sft_examples(
     for s in samples:
         state = OrchestraState.model_validate(s.state)
         prompt = view.messages(state, agent)
-        target = view.target(s.decision)
+        target = view.target(s.decision, state)
         key = (json.dumps(prompt, sort_keys=True), target)
         if key not in seen:
             seen.add(key)
