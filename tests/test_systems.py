@@ -112,6 +112,7 @@ def test_trajectory_records_state_dag_timings_and_accounting(branchy: Task, env:
         turn=0,
         max_turns=env.max_turns,
         threshold=env.agent.sufficiency_threshold,
+        unsure_below=env.agent.escalation_confidence,
     )
     budget, ev_budget = env.agent.state_tokens, env.agent.evidence_tokens
     assert first.state_messages == render_state(state, budget, evidence_tokens=ev_budget)
