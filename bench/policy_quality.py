@@ -33,10 +33,10 @@ def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  
     from orchestra.agent.state import OrchestraState
     from orchestra.training.policy import build_policy, load_policy
 
-    samples = load_samples(root / "decision_samples" / "samples.jsonl")
+    view = PolicyView()
+    samples = load_samples(root / "decision_samples" / "samples.jsonl", view=view)
     train = [s for s in samples if s.split == "train"]
     val = [s for s in samples if s.split == "val"][:limit]
-    view = PolicyView()
     seen = target_texts(view, train)
     texts = []
     for s in train:

@@ -339,3 +339,88 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     assert view.messages(unsure, Params().agent)[1]["content"].splitlines()[2].endswith("= 3 c0.40?")
     assert view.messages(sure, Params().agent)[1]["content"].splitlines()[2].endswith("= 3 c0.90")
     assert "c0.40?" not in PolicyView(style="bare").messages(unsure, Params().agent)[1]["content"]
+
+
+def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_question_reads() -> None:
+    from orchestra.agent.decision import parse_decision
+    from orchestra.agent.memory import Evidence
+    from orchestra.agent.state import OrchestraState, ToolCard, validation_context
+    from orchestra.backends.base import BackendCard
+    from orchestra.schemas import DecisionSample
+    from orchestra.training.examples import PolicyView
+    from orchestra.training.tree_ids import tree_ids, tree_mapping
+
+    def st(sid: str, goal: str, deps: tuple[str, ...] = (), tool: str = "code_executor") -> SubTask:
+        return SubTask(id=sid, goal=goal, tools=[tool], depends_on=list(deps), backend="fast")
+
+    # the gap between (the sum of A and B) and C: the expert numbers bottom-up, the tree top-down
+    plan = Delegate(
+        subtasks=[
+            st("E1", "read the caption number in #M1", tool="video_text"),
+            st("E2", "decode the dtmf digits in #M2", tool="audio_dtmf"),
+            st("E3", "compute #E1 + #E2", ("E1", "E2")),
+            st("E4", "count the objects that appear in #M1", tool="video_events"),
+            st("E5", "compute abs(#E3 - #E4)", ("E3", "E4")),
+        ]
+    )
+    state = OrchestraState(
+        question="What is the gap between (the sum of a and b) and c?",
+        modal_inputs=[{"id": "v", "path": "v.mp4", "type": "video"},
+                      {"id": "a", "path": "a.wav", "type": "audio"}],
+        tools=[ToolCard(name=n) for n in ("code_executor", "video_text", "audio_dtmf", "video_events")],
+        backends=[BackendCard(name="fast", kind="builtin", skills={"code": 1.0}, price_per_call=0.0,
+                              latency_s=0.1)],
+    )  # fmt: skip
+
+    def sample(state: OrchestraState, decision: Delegate | Finish) -> DecisionSample:
+        return DecisionSample(
+            sample_id="s", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            state=state.model_dump(mode="json"), decision=decision,
+        )  # fmt: skip
+
+    first = tree_ids(sample(state, plan))
+    assert [(s.id, s.depends_on, s.goal) for s in first.decision.subtasks] == [
+        ("E1", ["E11", "E12"], "compute abs(#E11 - #E12)"),
+        ("E11", ["E111", "E112"], "compute #E111 + #E112"),
+        ("E111", [], "read the caption number in #M1"),
+        ("E112", [], "decode the dtmf digits in #M2"),
+        ("E12", [], "count the objects that appear in #M1"),
+    ]
+    assert canonical(first.decision) == canonical(plan)  # the same plan, other names
+    text = PolicyView().target(first.decision, state)
+    assert not isinstance(parse_decision(text, fmt="lines", context=validation_context(state)), ParseError)
+
+    # later: E4 was unsure, the expert re-runs it (E6) and the gap (E7); then finishes with E7
+    ran = [
+        Evidence(id=s.id, goal=s.goal.replace("#E", "v"), status="ok", value=1, depends_on=s.depends_on)
+        for s in plan.subtasks
+    ]
+    ran[2] = ran[2].model_copy(update={"status": "skipped", "error": "E2 did not finish"})
+    later = state.model_copy(update={"context": ran})
+    redo = Delegate(
+        subtasks=[
+            st("E6", "count the objects", tool="video_events"),
+            st("E7", "compute abs(#E3 - #E6)", ("E3", "E6")),
+        ]
+    )
+    again = tree_ids(sample(later, redo))
+    again_state = OrchestraState.model_validate(again.state)
+    assert [e.id for e in again_state.context] == ["E111", "E112", "E11", "E12", "E1"]
+    assert again_state.context[2].error == "E112 did not finish"
+    assert [(s.id, s.depends_on, s.goal) for s in again.decision.subtasks] == [
+        ("E2", ["E11", "E22"], "compute abs(#E11 - #E22)"),  # a second root; its new operand E2 + 2nd place
+        ("E22", [], "count the objects"),
+    ]
+    redone = [
+        Evidence(id=s.id, goal=s.goal, status="ok", value=2, depends_on=s.depends_on) for s in redo.subtasks
+    ]
+    done = later.model_copy(update={"context": [*ran, *redone]})
+    assert tree_ids(sample(done, Finish(answer="#E7"))).decision == Finish(answer="#E2")
+
+    # a shared node keeps its first name; ids that would collide leave the sample as it is
+    assert tree_mapping({"E1": [], "E2": ["E1"], "E3": ["E1"], "E4": ["E2", "E3"]}) == {
+        "E4": "E1", "E2": "E11", "E1": "E111", "E3": "E12",
+    }  # fmt: skip
+    wide = Delegate(subtasks=[st(f"E{i}", "compute 1") for i in range(1, 11)])
+    assert tree_ids(sample(state, wide)) == sample(state, wide)
+    assert PolicyView(ids="expert").prepare([sample(state, plan)])[0].decision == plan

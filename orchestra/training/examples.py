@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from orchestra.agent.decision import (
     Action,
@@ -37,10 +37,19 @@ __all__ = [
 @dataclass(frozen=True)
 class PolicyView:
     """How a trained policy reads states and writes decisions (saved beside its weights). In the
-    ``marked`` style the question's spans are marked and the targets name them (``#Q<n>``)."""
+    ``marked`` style the question's spans are marked and the targets name them (``#Q<n>``); with
+    ``ids="tree"`` the samples it learns from are renumbered into tree ids (tree_ids.py), ``expert``
+    keeps the expert's bottom-up numbering."""
 
     style: Style = "marked"
     fmt: Format = "lines"
+    ids: Literal["expert", "tree"] = "tree"
+
+    def prepare(self, samples: Iterable[DecisionSample]) -> list[DecisionSample]:
+        """``samples`` as this view trains on and is scored on (renumbered for ``ids="tree"``)."""
+        from orchestra.training.tree_ids import tree_ids
+
+        return [tree_ids(s) if self.ids == "tree" else s for s in samples]
 
     def messages(self, state: OrchestraState, agent: AgentParams) -> list[dict[str, str]]:
         return render_state(
@@ -81,10 +90,14 @@ def span_refs(action: Action, spans: Sequence[str]) -> Action:
     return Delegate(subtasks=out)
 
 
-def load_samples(path: Path, splits: Iterable[str] | None = None) -> list[DecisionSample]:
-    """The decision samples in ``path`` (a samples.jsonl), only ``splits`` when given."""
+def load_samples(
+    path: Path, splits: Iterable[str] | None = None, view: PolicyView | None = None
+) -> list[DecisionSample]:
+    """The decision samples in ``path`` (a samples.jsonl), only ``splits`` when given, as ``view``
+    prepares them (:meth:`PolicyView.prepare`) when given."""
     keep = None if splits is None else set(splits)
-    return [s for s in read_jsonl(path, DecisionSample) if keep is None or s.split in keep]
+    samples = [s for s in read_jsonl(path, DecisionSample) if keep is None or s.split in keep]
+    return samples if view is None else view.prepare(samples)
 
 
 def _norm(text: str) -> str:

@@ -111,11 +111,11 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
 
     t0 = time.perf_counter()
     gp, path = params.train.dagrpo, samples_path(root)
-    samples = load_samples(path)
-    train = [s for s in samples if s.split == "train"]
-    val = [s for s in samples if s.split == "val"]
     start = start_policy(root)
     model, tokenizer, view = load_policy(start)
+    samples = load_samples(path, view=view)
+    train = [s for s in samples if s.split == "train"]
+    val = [s for s in samples if s.split == "val"]
     by_id = {s.sample_id: s for s in train}
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
     picked = [train[i] for i in prompt_order(len(train), n_prompts, params.train.seed)]

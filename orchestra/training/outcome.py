@@ -149,10 +149,10 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
         {"prompt": [{"role": "user", "content": ids[i]}]}
         for i in prompt_order(len(ids), n_prompts, params.train.seed)
     ]
-    samples = load_samples(path)
-    val = [s for s in samples if s.split == "val"]
     start = start_policy(root)
     model, tokenizer, view = load_policy(start)
+    samples = load_samples(path, view=view)
+    val = [s for s in samples if s.split == "val"]
     seen = target_texts(view, (s for s in samples if s.split == "train"))
     dirs = RunDirs(root / "policy_grpo")
     fingerprint = {

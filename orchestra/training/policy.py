@@ -91,7 +91,8 @@ def read_view(path: Path) -> PolicyView | None:
     if not f.is_file():
         return None
     try:
-        return PolicyView(**json.loads(f.read_text(encoding="utf-8")))
+        saved = json.loads(f.read_text(encoding="utf-8"))
+        return PolicyView(**{"ids": "expert", **saved})  # saved before tree ids: the expert's
     except (ValueError, TypeError) as e:
         raise PolicyInitError(f"{f}: not a policy view: {e}") from e
 

@@ -64,12 +64,12 @@ def train_sft(params: Params, root: Path) -> TrainResult:
 
     t0 = time.perf_counter()
     path = samples_path(root)
-    samples = load_samples(path)
+    view, sp = PolicyView(), params.train.sft
+    samples = load_samples(path, view=view)
     train = [s for s in samples if s.split == "train"]
     val = [s for s in samples if s.split == "val"]
     if not train:
         raise StageError(f"{path}: no train samples")
-    view, sp = PolicyView(), params.train.sft
     rows = sft_examples(train, view, params.agent, sp.first_decision_repeats)
     digest = file_digest(path)
     dirs = RunDirs(root / "policy_sft")

@@ -1,0 +1,126 @@
+"""Tree ids: a decision sample renumbered so that sub-tasks are named by their place in the plan's tree
+and listed in the order the question mentions them (pre-order), as a small policy learns to write them.
+
+The expert numbers a plan bottom-up (``E1 read the caption``, ..., ``E5 compute abs(#E3 - #E4)``), so a
+policy writing it must emit the innermost operation of the question first, while the question names
+the outermost first. Renumbered, the root of each plan is ``E<k>`` (the k-th root, in the order the
+expert created them) and the i-th dependency of node ``E<p>`` is ``E<p><i>``: the policy writes the
+plan in the question's order, and no id needs counting ahead (a node's id is its parent's plus one
+digit; the next plan's root is one more than the roots in the state). A node two parents share keeps
+the id of its first visit. The runtime accepts any ids, so nothing changes at run time: only the
+training and validation samples are renumbered, the state and the decision alike (canonical equality
+does not depend on ids)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from orchestra.agent.refs import REF_PATTERN, SUBTASK_ID_PATTERN
+from orchestra.agent.state import OrchestraState
+from orchestra.schemas import DecisionSample, Delegate, Finish
+
+__all__ = ["tree_ids", "tree_mapping"]
+
+
+def _number(sid: str) -> int:
+    return int(sid[1:]) if SUBTASK_ID_PATTERN.fullmatch(sid) else 0
+
+
+def tree_mapping(deps: Mapping[str, list[str]]) -> dict[str, str]:
+    """Old id -> tree id for the graph ``deps`` (id -> its dependencies, in operand order), in
+    pre-order: roots (ids nothing depends on) by their old number, then each node's dependencies.
+    The keys' order is the visiting order. Raises ValueError when the tree ids would collide (a
+    node with more than nine dependencies, more than nine roots)."""
+    depended = {d for ds in deps.values() for d in ds}
+    roots = sorted((n for n in deps if n not in depended), key=_number)
+    out: dict[str, str] = {}
+
+    def visit(node: str, name: str) -> None:
+        out[node] = name
+        for k, child in enumerate(deps[node], 1):
+            if child in deps and child not in out:
+                visit(child, f"{name}{k}")
+
+    for k, root in enumerate(roots, 1):
+        visit(root, f"E{k}")
+    for node in sorted(deps, key=_number):  # a cycle's nodes are no root's descendants
+        if node not in out:
+            out[node] = f"E{len(roots) + 1}{len(out)}"
+    if len(set(out.values())) != len(out) or any(len(d) > 9 for d in deps.values()) or len(roots) > 9:
+        raise ValueError(f"tree ids collide for {dict(deps)}")
+    return out
+
+
+_BARE_ID = re.compile(r"(?<![#0-9A-Za-z_])E[1-9][0-9]*(?![0-9A-Za-z_])")
+
+
+def _rename(text: str, mapping: Mapping[str, str]) -> str:
+    """``#E<n>`` references renamed (and bare ids, as in ``E2 did not finish``)."""
+    text = REF_PATTERN.sub(
+        lambda m: f"#{mapping.get('E' + m.group(2), 'E' + m.group(2))}" if m.group(1) == "E" else m.group(0),
+        text,
+    )
+    return _BARE_ID.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
+
+
+def tree_ids(sample: DecisionSample) -> DecisionSample:
+    """``sample`` with its evidence, history and decision renumbered by :func:`tree_mapping` over every
+    node of the state and the decision, the decision's sub-tasks in pre-order. A sample without a
+    structured state, or whose ids would collide, is returned as it is."""
+    if sample.state is None:
+        return sample
+    state = OrchestraState.model_validate(sample.state)
+    decision = sample.decision
+    new = decision.subtasks if isinstance(decision, Delegate) else []
+    deps = {e.id: list(e.depends_on) for e in state.context}
+    deps.update({st.id: list(st.depends_on) for st in new})
+    try:
+        mapping = tree_mapping(deps)
+    except ValueError:
+        return sample
+
+    def ids(xs: list[str]) -> list[str]:
+        return [mapping.get(x, x) for x in xs]
+
+    context = [
+        e.model_copy(
+            update={
+                "id": mapping[e.id],
+                "depends_on": ids(e.depends_on),
+                "goal": _rename(e.goal, mapping),
+                "error": None if e.error is None else _rename(e.error, mapping),
+            }
+        )
+        for e in state.context
+    ]
+    history = [
+        h.model_copy(
+            update={
+                "subtask_id": None if h.subtask_id is None else mapping.get(h.subtask_id, h.subtask_id),
+                "depends_on": ids(h.depends_on),
+                "goal": _rename(h.goal, mapping),
+                "note": _rename(h.note, mapping),
+            }
+        )
+        for h in state.history
+    ]
+    state = state.model_copy(update={"context": context, "history": history})
+    if isinstance(decision, Delegate):
+        order = list(mapping)
+        subtasks = sorted(new, key=lambda st: order.index(st.id))
+        decision = Delegate(
+            subtasks=[
+                st.model_copy(
+                    update={
+                        "id": mapping[st.id],
+                        "depends_on": ids(st.depends_on),
+                        "goal": _rename(st.goal, mapping),
+                    }
+                )
+                for st in subtasks
+            ]
+        )
+    elif isinstance(decision, Finish):
+        decision = Finish(answer=_rename(decision.answer, mapping))
+    return sample.model_copy(update={"state": state.model_dump(mode="json"), "decision": decision})
