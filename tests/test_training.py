@@ -424,3 +424,22 @@ def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_que
     wide = Delegate(subtasks=[st(f"E{i}", "compute 1") for i in range(1, 11)])
     assert tree_ids(sample(state, wide)) == sample(state, wide)
     assert PolicyView(ids="expert").prepare([sample(state, plan)])[0].decision == plan
+
+
+def test_dagrpo_draws_first_decisions_as_often_as_asked() -> None:
+    from orchestra.schemas import DecisionSample
+    from orchestra.training.grpo import pick_prompts
+
+    def sample(i: int, first: bool) -> DecisionSample:
+        context = [] if first else [{"id": "E1", "goal": "g", "status": "ok"}]
+        return DecisionSample(
+            sample_id=f"s{i}", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            state={"question": "q", "context": context}, decision=Finish(answer="1"),
+        )  # fmt: skip
+
+    train = [sample(i, first=i % 10 == 0) for i in range(100)]  # 10 plans among 100 states
+    plain = pick_prompts(train, 1000, 1, seed=3)
+    weighted = pick_prompts(train, 1000, 12, seed=3)
+    assert pick_prompts(train, 1000, 12, seed=3) == weighted  # a resumed run sees the same prompts
+    share = [sum(not s.state["context"] for s in picked) / len(picked) for picked in (plain, weighted)]
+    assert share[0] == pytest.approx(0.10, abs=0.01) and share[1] == pytest.approx(120 / 210, abs=0.02)

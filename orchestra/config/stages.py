@@ -300,6 +300,12 @@ class RubricWeights(_Section):
 class DAGRPOParams(GRPOParams):
     reward_provider: str = "builtin"
     rubric: RubricWeights = RubricWeights()
+    first_decision_repeats: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="a first decision (the plan) is drawn this many times as often as another",
+    )
 
 
 class TrainParams(_Section):

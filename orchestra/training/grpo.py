@@ -27,7 +27,7 @@ from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 from orchestra.training.sft import samples_path
 
-__all__ = ["grpo_config", "prompt_order", "rubric_rewards", "start_policy", "train_dagrpo"]
+__all__ = ["grpo_config", "pick_prompts", "prompt_order", "rubric_rewards", "start_policy", "train_dagrpo"]
 
 
 def start_policy(root: Path) -> Path:
@@ -99,6 +99,15 @@ def prompt_order(n: int, count: int, seed: int) -> list[int]:
     return [int(i) for _ in range(reps) for i in rng.permutation(n)][:count]
 
 
+def pick_prompts(
+    train: Sequence[DecisionSample], count: int, first_repeats: int, seed: int
+) -> list[DecisionSample]:
+    """The ``count`` states DA-GRPO samples decisions for (:func:`prompt_order`), a first decision (no
+    evidence yet: the whole plan, where the SFT policy errs most) weighted ``first_repeats`` times."""
+    pool = [s for s in train for _ in range(1 if (s.state or {}).get("context") else first_repeats)]
+    return [pool[i] for i in prompt_order(len(pool), count, seed)]
+
+
 def train_dagrpo(params: Params, root: Path) -> TrainResult:
     """DA-GRPO from the SFT policy on the train split's decision prompts: a group of decisions per
     state, each scored by the rubric against the expert's decision for that state; publishes
@@ -118,7 +127,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     val = [s for s in samples if s.split == "val"]
     by_id = {s.sample_id: s for s in train}
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
-    picked = [train[i] for i in prompt_order(len(train), n_prompts, params.train.seed)]
+    picked = pick_prompts(train, n_prompts, gp.first_decision_repeats, params.train.seed)
     rows = [
         {
             "prompt": view.messages(OrchestraState.model_validate(s.state), params.agent),
