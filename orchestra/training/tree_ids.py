@@ -67,7 +67,8 @@ def _rename(text: str, mapping: Mapping[str, str]) -> str:
 def tree_ids(sample: DecisionSample) -> DecisionSample:
     """``sample`` with its evidence, history and decision renumbered by :func:`tree_mapping` over every
     node of the state and the decision, the decision's sub-tasks in pre-order. A sample without a
-    structured state, or whose ids would collide, is returned as it is."""
+    structured state, or whose ids would collide, is returned as it is. Its ``prompt`` and
+    ``completion`` (the expert's own rendering) are left as they are: a view renders the state."""
     if sample.state is None:
         return sample
     state = OrchestraState.model_validate(sample.state)
