@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from orchestra.agent.refs import REF_PATTERN, SUBTASK_ID_PATTERN
 from orchestra.agent.state import OrchestraState
 from orchestra.schemas import DecisionSample, Delegate, Finish
 
 __all__ = ["tree_ids", "tree_mapping"]
+
+R = TypeVar("R", bound=BaseModel)
 
 
 def _number(sid: str) -> int:
@@ -64,6 +69,17 @@ def _rename(text: str, mapping: Mapping[str, str]) -> str:
     return _BARE_ID.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
 
 
+def _renamed(record: R, mapping: Mapping[str, str], id_key: str, texts: tuple[str, ...]) -> R:
+    """An evidence item, history entry or sub-task with its id, dependencies and the ids in ``texts``
+    renamed (a field that is None stays None)."""
+    update: dict[str, Any] = {"depends_on": [mapping.get(d, d) for d in record.depends_on]}  # type: ignore[attr-defined]
+    for key in (id_key, *texts):
+        value = getattr(record, key)
+        if value is not None:
+            update[key] = mapping.get(value, value) if key == id_key else _rename(value, mapping)
+    return record.model_copy(update=update)
+
+
 def tree_ids(sample: DecisionSample) -> DecisionSample:
     """``sample`` with its evidence, history and decision renumbered by :func:`tree_mapping` over every
     node of the state and the decision, the decision's sub-tasks in pre-order. A sample without a
@@ -81,47 +97,13 @@ def tree_ids(sample: DecisionSample) -> DecisionSample:
     except ValueError:
         return sample
 
-    def ids(xs: list[str]) -> list[str]:
-        return [mapping.get(x, x) for x in xs]
-
-    context = [
-        e.model_copy(
-            update={
-                "id": mapping[e.id],
-                "depends_on": ids(e.depends_on),
-                "goal": _rename(e.goal, mapping),
-                "error": None if e.error is None else _rename(e.error, mapping),
-            }
-        )
-        for e in state.context
-    ]
-    history = [
-        h.model_copy(
-            update={
-                "subtask_id": None if h.subtask_id is None else mapping.get(h.subtask_id, h.subtask_id),
-                "depends_on": ids(h.depends_on),
-                "goal": _rename(h.goal, mapping),
-                "note": _rename(h.note, mapping),
-            }
-        )
-        for h in state.history
-    ]
+    context = [_renamed(e, mapping, "id", ("goal", "error")) for e in state.context]
+    history = [_renamed(h, mapping, "subtask_id", ("goal", "note")) for h in state.history]
     state = state.model_copy(update={"context": context, "history": history})
     if isinstance(decision, Delegate):
         order = list(mapping)
         subtasks = sorted(new, key=lambda st: order.index(st.id))
-        decision = Delegate(
-            subtasks=[
-                st.model_copy(
-                    update={
-                        "id": mapping[st.id],
-                        "depends_on": ids(st.depends_on),
-                        "goal": _rename(st.goal, mapping),
-                    }
-                )
-                for st in subtasks
-            ]
-        )
+        decision = Delegate(subtasks=[_renamed(st, mapping, "id", ("goal",)) for st in subtasks])
     elif isinstance(decision, Finish):
         decision = Finish(answer=_rename(decision.answer, mapping))
     return sample.model_copy(update={"state": state.model_dump(mode="json"), "decision": decision})
