@@ -28,6 +28,7 @@ from orchestra.agent.refs import (
     question_spans,
     substitute,
     substitute_spans,
+    vocabulary_kinds,
 )
 from orchestra.schemas import Delegate, Finish, SubTask
 from orchestra.text import format_value
@@ -255,32 +256,40 @@ def test_decision_module_imports_on_its_own() -> None:
     assert out.stdout.strip() == ""
 
 
-def test_question_spans_are_names_numbers_and_tool_words_in_order() -> None:
+def test_question_spans_are_keyed_by_kind_in_order() -> None:
     q = 'Count the yellow squares, then "The Red Fox" and Setesas Vol in the chart for 2015; Morse too.'
-    vocab = ["red", "yellow", "square", "circle"]
-    assert question_spans(q, vocab) == ["yellow", "square", "The Red Fox", "Setesas Vol", "2015", "Morse"]
+    vocab = vocabulary_kinds({"colour": ["red", "yellow"], "color": ["red", "yellow"], "shape": ["square"]})
+    assert vocab == {"red": "C", "yellow": "C", "square": "S"}
+    assert question_spans(q, vocab) == {
+        "C1": "yellow", "S1": "square", "N1": "The Red Fox", "N2": "Setesas Vol", "D1": "2015", "N3": "Morse"
+    }  # fmt: skip
     marked = mark_question(q, vocab)
-    assert marked.startswith('Count the yellow #Q1 squares #Q2, then "The Red Fox" #Q3 and Setesas Vol #Q4')
-    assert "2015 #Q5; Morse #Q6 too." in marked  # a capital after ';' opens no sentence
-    assert question_spans(q, vocab, plain={"morse"})[-1] == "2015"  # a word of the goal grammar is no name
-    assert question_spans("Red circles. Red again", vocab) == ["red", "circle"]  # tool words at any place
-    assert question_spans("Compute it. Then Zegas", vocab) == ["Zegas"]  # sentence openers are not names
-    assert substitute_spans("colour #Q1 and type #Q2 in #M1", ["yellow", "square"]) == (
-        "colour yellow and type square in #M1"
+    assert marked.startswith('Count the yellow #C1 squares #S1, then "The Red Fox" #N1 and Setesas Vol #N2')
+    assert "2015 #D1; Morse #N3 too." in marked  # a capital after ';' opens no sentence
+    assert "N3" not in question_spans(q, vocab, plain={"morse"})  # a word of the goal grammar is no name
+    # each kind counts on its own, every occurrence: a name or a number before the second colour does
+    # not shift its key, and a colour named again gets its own
+    assert question_spans("Red squares, US 100 yellow ones. Red again", vocab) == {
+        "C1": "red", "S1": "square", "N1": "US", "D1": "100", "C2": "yellow", "C3": "red"
+    }  # fmt: skip
+    assert question_spans("Compute it. Then Zegas", vocab) == {"N1": "Zegas"}  # sentence openers: no names
+    assert vocabulary_kinds({"direction": ["up"], "mode": ["fast"]}) == {"up": "V", "fast": "V"}  # D, M taken
+    assert substitute_spans("colour #C1 and type #S1 in #M1 of #E2", {"C1": "yellow", "S1": "square"}) == (
+        "colour yellow and type square in #M1 of #E2"
     )
-    with pytest.raises(ReferenceError_, match="#Q3 names no span of the question"):
-        substitute_spans("#Q3", ["a", "b"])
+    with pytest.raises(ReferenceError_, match="#C3 names no span of the question"):
+        substitute_spans("#C3", {"C1": "a", "C2": "b"})
 
 
 def test_question_references_resolve_when_checked_in_a_state() -> None:
     ctx = ValidationContext(
-        backends={"vision_expert": {"counting"}}, tools={"image_count_objects"}, n_modal=1, spans=("red",)
+        backends={"vision_expert": {"counting"}}, tools={"image_count_objects"}, n_modal=1, spans={"C1": "red"}
     )
-    text = "E1 vision_expert image_count_objects M1 - count the shapes of colour #Q1 and type any in #M1"
+    text = "E1 vision_expert image_count_objects M1 - count the shapes of colour #C1 and type any in #M1"
     out = parse_decision(text, fmt="lines", context=ctx)
     assert isinstance(out, Delegate) and out.subtasks[0].goal.startswith("count the shapes of colour red and")
     unresolved = parse_decision(text, fmt="lines")  # without a state the reference stays
-    assert isinstance(unresolved, Delegate) and "#Q1" in unresolved.subtasks[0].goal
-    bad = parse_decision(text.replace("#Q1", "#Q2"), fmt="lines", context=ctx)
-    assert isinstance(bad, ParseError) and bad.kind == ErrorKind.UNKNOWN_REFERENCE and "#Q2" in bad.reason
-    assert parse_decision("= #Q1", fmt="lines", context=ctx) == Finish(answer="red")
+    assert isinstance(unresolved, Delegate) and "#C1" in unresolved.subtasks[0].goal
+    bad = parse_decision(text.replace("#C1", "#C2"), fmt="lines", context=ctx)
+    assert isinstance(bad, ParseError) and bad.kind == ErrorKind.UNKNOWN_REFERENCE and "#C2" in bad.reason
+    assert parse_decision("= #C1", fmt="lines", context=ctx) == Finish(answer="red")

@@ -515,8 +515,8 @@ def test_make_rubric_follows_the_reward_provider() -> None:
 
 
 def test_question_references_are_resolved_before_the_rubric_compares() -> None:
-    state = fresh_state().model_copy(update={"question": QUESTION + " Ask Fagosti."})  # one span: #Q1
-    ok = rubric(LINES.replace("count the objects", "count the #Q1 objects"), state, EXPERT)
+    state = fresh_state().model_copy(update={"question": QUESTION + " Ask Fagosti."})  # one name: #N1
+    ok = rubric(LINES.replace("count the objects", "count the #N1 objects"), state, EXPERT)
     assert (ok.format, ok.validity) == (1.0, 1.0) and 0 < ok.decision < 1
-    beyond = rubric(LINES.replace("count the objects", "count the #Q2 objects"), state, EXPERT)
-    assert scores(beyond) == (1.0, 0.0, 0.0, 0.0) and "#Q2" in beyond.reason
+    beyond = rubric(LINES.replace("count the objects", "count the #N2 objects"), state, EXPERT)
+    assert scores(beyond) == (1.0, 0.0, 0.0, 0.0) and "#N2" in beyond.reason

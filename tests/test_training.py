@@ -290,7 +290,8 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     from orchestra.training.examples import PolicyView, score_decisions, span_refs
 
     card = ToolCard.from_tool(ImageCountObjects())
-    assert {"red", "yellow", "square", "circle"} <= set(card.values) and "careful" not in card.values
+    assert {"red", "yellow"} <= set(card.values["colour"]) and "circle" in card.values["shape"]
+    assert "mode" not in card.values  # the execution mode is no argument a question names
     state = OrchestraState(
         question="What is the count of yellow squares times the value shown for Setesas in the chart?",
         modal_inputs=[{"id": "image_a", "path": "images/a.png", "type": "image"}],
@@ -311,20 +312,32 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     view = PolicyView()
     assert view.style == "marked"
     prompt = view.messages(state, Params().agent)[1]["content"]
-    assert "yellow #Q1 squares #Q2" in prompt and "Setesas #Q3 in the chart" in prompt
+    assert "yellow #C1 squares #S1" in prompt and "Setesas #N1 in the chart" in prompt
     target = view.target(expert, state)
-    assert "colour #Q1 and type #Q2 in #M1" in target and "for the label #Q3 in #M1" in target
-    assert "compute #E1 * #E2" in target and span_refs(expert, ()) == expert
+    assert "colour #C1 and type #S1 in #M1" in target and "for the label #N1 in #M1" in target
+    assert "compute #E1 * #E2" in target and span_refs(expert, {}) == expert
+    # a colour named twice: each count takes the next occurrence's key, as the question reads
+    twice = Delegate(
+        subtasks=[
+            SubTask(id=f"E{i}", goal=f"count the shapes of colour yellow and type {t} in #M1", **look)
+            for i, t in ((1, "square"), (2, "circle"))
+        ]
+    )
+    spans = {"C1": "yellow", "S1": "square", "C2": "yellow", "S2": "circle"}
+    assert [st.goal for st in span_refs(twice, spans).subtasks] == [
+        "count the shapes of colour #C1 and type #S1 in #M1",
+        "count the shapes of colour #C2 and type #S2 in #M1",
+    ]
     sample = DecisionSample(
         sample_id="s", task_id="t", split="val", step_index=0, prompt=[], state=state.model_dump(mode="json"),
         decision=expert, completion="",
     )  # fmt: skip
-    wrong_span = target.replace("#Q3", "#Q1")
-    beyond = target.replace("#Q3", "#Q9")
+    wrong_span = target.replace("label #N1", "label #C1")
+    beyond = target.replace("#N1", "#N9")
     outputs = [target, render_decision(expert, "lines"), wrong_span, beyond]
     score, rows = score_decisions(outputs, [sample] * 4)
     assert [r["exact"] for r in rows] == [True, True, False, False]
-    assert [r["valid"] for r in rows] == [True, True, True, False] and "#Q9" in rows[3]["error"]
+    assert [r["valid"] for r in rows] == [True, True, True, False] and "#N9" in rows[3]["error"]
     assert rows[0]["unseen"] and not score_decisions([target], [sample], view, {target})[1][0]["unseen"]
 
     # a result less sure than the runtime's escalation threshold is marked; the bare view shows no mark

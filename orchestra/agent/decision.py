@@ -103,7 +103,7 @@ class ValidationContext:
     n_modal: int = 0
     evidence_ids: Collection[str] = frozenset()
     ok_ids: Collection[str] | None = None  # None: every evidence id has a value
-    spans: Sequence[str] = ()  # the question spans #Q1, #Q2, ... name (refs.question_spans)
+    spans: Mapping[str, str] = field(default_factory=dict)  # '#C1' -> its span (refs.question_spans)
 
     def resolvable(self) -> Collection[str]:
         return self.evidence_ids if self.ok_ids is None else self.ok_ids
@@ -323,7 +323,7 @@ def parse_decision(
     the first decodable object); unquoted numeric answers become strings; '#M1'/'#E1' in
     modalities/depends_on are read as 'M1'/'E1'. Maestro: the first ``<search>``/``<answer>`` tag;
     a missing closing tag at the end of the text is tolerated. With ``context`` the action is also
-    checked by :func:`validate_decision`, after its ``#Q<n>`` references are replaced by the
+    checked by :func:`validate_decision`, after its span references (``#C1``) are replaced by the
     question spans they name (:func:`resolve_spans`).
     """
     if fmt == "json":
@@ -342,9 +342,9 @@ def parse_decision(
     return validate_decision(action, context) or action
 
 
-def resolve_spans(action: Action, spans: Sequence[str]) -> Action | ParseError:
-    """``action`` with every ``#Q<n>`` in goals, queries and the answer replaced by the n-th question
-    span; an unknown reference is a :class:`ParseError` (``unknown_reference``)."""
+def resolve_spans(action: Action, spans: Mapping[str, str]) -> Action | ParseError:
+    """``action`` with every span reference (``#C1``, ``#N2``) in goals, queries and the answer replaced
+    by the question span it names; an unknown reference is a :class:`ParseError` (``unknown_reference``)."""
     try:
         if isinstance(action, Finish):
             return action.model_copy(update={"answer": substitute_spans(action.answer, spans)})

@@ -1,6 +1,6 @@
 """ReWOO-style references in decisions: `#M<n>` names the n-th modal input, `#E<n>` sub-task E<n>'s result,
-`#Q<n>` the n-th span of the question (:func:`question_spans`), so a policy points at a word instead of
-copying it."""
+`#C<n>`, `#S<n>`, `#N<n>`, `#D<n>` the n-th span of its kind in the question (:func:`question_spans`: the
+n-th colour, shape, name or number named), so a policy points at a word instead of copying it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from orchestra.errors import OrchestraError
 from orchestra.text import ValueFormatError, format_value
 
 __all__ = [
-    "QUESTION_REF",
+    "SPAN_REF",
     "REF_PATTERN",
     "SUBTASK_ID_PATTERN",
     "Ref",
@@ -27,12 +27,17 @@ __all__ = [
     "ref_keys",
     "substitute",
     "substitute_spans",
+    "vocabulary_kinds",
 ]
 
 #: A reference in text: ``#M1`` (1-based modal input) or ``#E3`` (the result of sub-task ``E3``).
 REF_PATTERN = re.compile(r"#([EM])([1-9][0-9]*)(?![0-9A-Za-z_])")
-#: A question-span reference: ``#Q2`` is the second span of :func:`question_spans`.
-QUESTION_REF = re.compile(r"#Q([1-9][0-9]*)(?![0-9A-Za-z_])")
+#: A question-span reference: ``#C2`` is the second colour the question names (:func:`question_spans`);
+#: any capital letter but ``E`` and ``M`` may be a span kind.
+SPAN_REF = re.compile(r"#([A-DF-LN-Z][1-9][0-9]*)(?![0-9A-Za-z_])")
+#: The span kinds that are not a tool's closed argument set: names (and quoted phrases), numbers.
+NAME_KIND, NUMBER_KIND = "N", "D"
+_RESERVED_KINDS = frozenset({"E", "M", NAME_KIND, NUMBER_KIND})
 #: The shape every sub-task id must have, so that ``#E<n>`` can name it.
 SUBTASK_ID_PATTERN = re.compile(r"E[1-9][0-9]*")
 
@@ -130,19 +135,34 @@ _SPAN_TOKEN = re.compile(r'"(?P<quoted>[^"\n]{1,80})"|(?P<word>[A-Za-z][A-Za-z0-
 _SENTENCE_END = re.compile(r"[.!?]\s*$")
 
 
+def vocabulary_kinds(values: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """value -> span kind for closed argument sets given as input property -> values: a value's kind
+    is its property's initial (``colour``/``color`` -> ``C``, ``shape`` -> ``S``), ``V`` where that
+    letter is reserved (``E``, ``M``, names' ``N``, numbers' ``D``); a value in two properties keeps
+    the first."""
+    out: dict[str, str] = {}
+    for prop, vals in values.items():
+        kind = prop[:1].upper()
+        kind = "V" if kind in _RESERVED_KINDS or not kind.isalpha() else kind
+        for v in vals:
+            out.setdefault(str(v), kind)
+    return out
+
+
 def _span_matches(
-    question: str, vocabulary: Collection[str], plain: Collection[str]
-) -> list[tuple[int, int, str]]:
-    """``(start, end, value)`` of every span occurrence in ``question``, in order (see question_spans)."""
-    vocab = {v.casefold(): v for v in vocabulary}
+    question: str, vocabulary: Mapping[str, str], plain: Collection[str]
+) -> list[tuple[int, int, str, str]]:
+    """``(start, end, value, kind)`` of every span occurrence in ``question``, in order (see
+    question_spans)."""
+    vocab = {v.casefold(): (v, kind) for v, kind in vocabulary.items()}
     plain = {w.casefold() for w in plain}
-    out: list[tuple[int, int, str]] = []
+    out: list[tuple[int, int, str, str]] = []
     tokens = list(_SPAN_TOKEN.finditer(question))
     k = 0
     while k < len(tokens):
         m = tokens[k]
         if m.group("quoted") is not None:
-            out.append((m.start(), m.end(), m.group("quoted").strip()))
+            out.append((m.start(), m.end(), m.group("quoted").strip(), NAME_KIND))
             k += 1
             continue
         word = m.group("word")
@@ -150,9 +170,9 @@ def _span_matches(
         opens_sentence = _SENTENCE_END.search(question[: m.start()] or ".") is not None
         singular = low[:-1] if low.endswith("s") else low
         if low in vocab or singular in vocab:
-            out.append((m.start(), m.end(), vocab.get(low) or vocab[singular]))
+            out.append((m.start(), m.end(), *(vocab.get(low) or vocab[singular])))
         elif word[0].isdigit():
-            out.append((m.start(), m.end(), word))
+            out.append((m.start(), m.end(), word, NUMBER_KIND))
         elif word[0].isupper() and low not in plain and not opens_sentence:
             end = k  # a name of several capitalised words is one span
             while (
@@ -162,41 +182,58 @@ def _span_matches(
                 and question[tokens[end].end() : tokens[end + 1].start()] == " "
             ):
                 end += 1
-            out.append((m.start(), tokens[end].end(), question[m.start() : tokens[end].end()]))
+            out.append((m.start(), tokens[end].end(), question[m.start() : tokens[end].end()], NAME_KIND))
             k = end + 1
             continue
         k += 1
     return out
 
 
-def question_spans(question: str, vocabulary: Collection[str] = (), plain: Collection[str] = ()) -> list[str]:
-    """The spans of ``question`` that ``#Q1``, ``#Q2``, ... name, distinct, in order of first appearance:
-    quoted phrases, names (runs of capitalised words not opening a sentence, none of them a word of
-    ``plain``: e.g. 'Morse' and 'DTMF', which the goal grammar spells itself), numbers, and words of
-    ``vocabulary`` (the closed argument values of the tools, e.g. colour and shape names; a plural
-    ``-s`` is dropped, so the value is the tool's own word). A deterministic function of the
-    question, so a policy, its training targets and the runtime agree on the numbering."""
-    return list(dict.fromkeys(value for _, _, value in _span_matches(question, vocabulary, plain)))
+def _keys(matches: Iterable[tuple[int, int, str, str]]) -> list[str]:
+    """The key of each span occurrence: the n-th occurrence of a kind is ``<kind><n>``."""
+    counts: dict[str, int] = {}
+    keys = []
+    for _, _, _, kind in matches:
+        counts[kind] = counts.get(kind, 0) + 1
+        keys.append(f"{kind}{counts[kind]}")
+    return keys
 
 
-def mark_question(question: str, vocabulary: Collection[str] = (), plain: Collection[str] = ()) -> str:
-    """``question`` with each span occurrence followed by its reference: ``the yellow #Q1 squares #Q2``."""
-    spans = question_spans(question, vocabulary, plain)
+def question_spans(
+    question: str, vocabulary: Mapping[str, str] | None = None, plain: Collection[str] = ()
+) -> dict[str, str]:
+    """The spans of ``question`` by the key that names them, ``#C1`` naming the first colour: each
+    kind numbered on its own, every occurrence in order (a colour named twice has two keys, so the
+    second count of a colour is ``#C2`` whichever colour it is). The kinds: ``N`` quoted phrases and
+    names (runs of capitalised words not opening a sentence, none of them a word of ``plain``: e.g.
+    'Morse' and 'DTMF', which the goal grammar spells itself), ``D`` numbers, and the words of
+    ``vocabulary`` (value -> kind, :func:`vocabulary_kinds`: the closed argument values of the tools,
+    e.g. colour and shape names; a plural ``-s`` is dropped, so the value is the tool's own word).
+    Numbering by kind keeps a colour's key when a name or a number comes before it. A deterministic
+    function of the question, so a policy, its training targets and the runtime agree on the keys."""
+    matches = _span_matches(question, vocabulary or {}, plain)
+    return {key: m[2] for key, m in zip(_keys(matches), matches, strict=True)}
+
+
+def mark_question(question: str, vocabulary: Mapping[str, str] | None = None, plain: Collection[str] = ()) -> str:
+    """``question`` with each span occurrence followed by its key: ``the yellow #C1 squares #S1``."""
+    matches = _span_matches(question, vocabulary or {}, plain)
     out, last = [], 0
-    for _start, end, value in _span_matches(question, vocabulary, plain):
-        out += [question[last:end], f" #Q{spans.index(value) + 1}"]
+    for key, (_start, end, _value, _kind) in zip(_keys(matches), matches, strict=True):
+        out += [question[last:end], f" #{key}"]
         last = end
     return "".join([*out, question[last:]])
 
 
-def substitute_spans(text: str, spans: Sequence[str]) -> str:
-    """``text`` with every ``#Q<n>`` replaced by the n-th of ``spans``; :class:`ReferenceError_` for a
-    reference beyond them."""
+def substitute_spans(text: str, spans: Mapping[str, str]) -> str:
+    """``text`` with every span reference (``#C1``, ``#N2``: :data:`SPAN_REF`) replaced by the span it
+    names in ``spans`` (:func:`question_spans`); :class:`ReferenceError_` for a key the question lacks."""
 
     def repl(m: re.Match[str]) -> str:
-        n = int(m.group(1))
-        if n > len(spans):
-            raise ReferenceError_(f"#Q{n} names no span of the question (it has {len(spans)})")
-        return spans[n - 1]
+        key = m.group(1)
+        if key not in spans:
+            known = ", ".join(f"#{k}" for k in spans) or "none"
+            raise ReferenceError_(f"#{key} names no span of the question (its spans: {known})")
+        return spans[key]
 
-    return QUESTION_REF.sub(repl, text)
+    return SPAN_REF.sub(repl, text)

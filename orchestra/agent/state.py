@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.agent.decision import Format, ValidationContext
 from orchestra.agent.memory import Evidence, TokenCounter, compress, render_evidence
-from orchestra.agent.refs import mark_question, modal_key, question_spans
+from orchestra.agent.refs import mark_question, modal_key, question_spans, vocabulary_kinds
 from orchestra.backends.base import BackendCard
 from orchestra.backends.goals import goal_phrases
 from orchestra.errors import OrchestraError
@@ -48,27 +48,28 @@ class ContextBudgetError(OrchestraError):
 
 class ToolCard(BaseModel):
     """A tool as the orchestrator sees it: name, one-line description, skill profile, and the closed
-    set of argument values it takes (its input schema's enums, e.g. colour and shape names; the
-    execution ``mode`` aside): the words of a question that ``#Q<n>`` may name (refs.question_spans)."""
+    sets of argument values it takes by input property (its input schema's enums, e.g. colour and
+    shape names; the execution ``mode`` aside): the words of a question that span references such as
+    ``#C1`` may name, the property giving their kind (refs.question_spans)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     description: str = ""
     skills: dict[str, float] = Field(default_factory=dict)
-    values: list[str] = Field(default_factory=list)
+    values: dict[str, list[str]] = Field(default_factory=dict)
 
     @classmethod
     def from_tool(cls, tool: Tool, skills: Mapping[str, float] | None = None) -> ToolCard:
         first = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
         prof = skills if skills is not None else (getattr(tool, "skills", None) or {})
         props = (tool.input_schema or {}).get("properties", {})
-        values = {str(v): None for k, p in props.items() if k != "mode" for v in p.get("enum", [])}
+        values = {k: [str(v) for v in p["enum"]] for k, p in props.items() if k != "mode" and p.get("enum")}
         return cls(
             name=tool.name,
             description=first,
             skills={k: float(prof[k]) for k in sorted(prof)},
-            values=list(values),
+            values=values,
         )
 
 
@@ -142,7 +143,7 @@ def validation_context(state: OrchestraState) -> ValidationContext:
         n_modal=len(state.modal_inputs),
         evidence_ids=frozenset(e.id for e in state.context),
         ok_ids=frozenset(e.id for e in state.context if e.ok),
-        spans=tuple(question_spans(state.question, *span_lexicon(state))),
+        spans=question_spans(state.question, *span_lexicon(state)),
     )
 
 
@@ -151,10 +152,11 @@ def _grammar_words() -> frozenset[str]:
     return frozenset(w for ps in goal_phrases().values() for p in ps for w in re.findall(r"[a-z]+", p))
 
 
-def span_lexicon(state: OrchestraState) -> tuple[list[str], frozenset[str]]:
+def span_lexicon(state: OrchestraState) -> tuple[dict[str, str], frozenset[str]]:
     """What :func:`~orchestra.agent.refs.question_spans` reads besides the question: every closed-set
-    argument value of the state's tools, and the words of the goal grammar (never a name)."""
-    return list(dict.fromkeys(v for t in state.tools for v in t.values)), _grammar_words()
+    argument value of the state's tools with its span kind, and the words of the goal grammar (never
+    a name)."""
+    return vocabulary_kinds({k: v for t in state.tools for k, v in t.values.items()}), _grammar_words()
 
 
 _JSON_RULES = """Reply with exactly one JSON object and nothing else, either
@@ -326,8 +328,9 @@ _STYLES["bare"] = _Style(
     evidence=render_evidence_compact,
     history=_STYLES["compact"].history,
 )
-# bare, with each question span marked by the #Q<n> that names it: the policy writes the reference
-# and the runtime puts the span in (refs.question_spans), so rare names need not be copied; and a
+# bare, with each question span marked by the key that names it (#C1 the first colour, #N2 the second
+# name): the policy writes the reference and the runtime puts the span in (refs.question_spans), so
+# rare names need not be copied; and a
 # result less sure than the state's unsure_below marked '?' (the comparison is the runtime's).
 _STYLES["marked"] = _Style(
     system=_STYLES["bare"].system,
@@ -363,7 +366,7 @@ def render_state(
     ``compact`` (names and numbers only: for a small trained policy) or ``minimal`` (compact with the
     pool reduced to names: for a policy trained on that pool) or ``bare`` (compact without the pool: for
     a policy trained on one fixed pool) or ``marked`` (bare, the question's spans marked with the
-    ``#Q<n>`` that names each, results less sure than ``unsure_below`` marked ``?``). The fixed part
+    reference that names each, ``#C1`` the first colour, results less sure than ``unsure_below`` marked ``?``). The fixed part
     (system prompt, question, modal inputs) is measured first; if it alone exceeds the budget,
     backend/tool descriptions are dropped, and if that is still too long :class:`ContextBudgetError` is
     raised. The rest of the budget goes to the context and history: the newest history entries that fit

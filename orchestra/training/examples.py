@@ -37,7 +37,7 @@ __all__ = [
 @dataclass(frozen=True)
 class PolicyView:
     """How a trained policy reads states and writes decisions (saved beside its weights). In the
-    ``marked`` style the question's spans are marked and the targets name them (``#Q<n>``); with
+    ``marked`` style the question's spans are marked and the targets name them (``#C1``); with
     ``ids="tree"`` the samples it learns from are renumbered into tree ids (tree_ids.py), ``expert``
     keeps the expert's bottom-up numbering."""
 
@@ -68,13 +68,17 @@ def target_texts(view: PolicyView, samples: Iterable[DecisionSample]) -> set[str
     return {view.target(s.decision, OrchestraState.model_validate(s.state)) for s in samples}
 
 
-def span_refs(action: Action, spans: Sequence[str]) -> Action:
+def span_refs(action: Action, spans: Mapping[str, str]) -> Action:
     """``action`` as a policy that reads marked questions writes it: each perception argument that is
-    a question span (a chart label, a colour, a shape) becomes the ``#Q<n>`` naming it; resolving
-    the references (decision.resolve_spans) gives ``action`` back."""
+    a question span (a chart label, a colour, a shape) becomes the reference naming it (``#C1``).
+    A value the question names several times takes its occurrences' keys in turn, sub-task by
+    sub-task (the plan's order follows the question's), the last one again when they run out.
+    Resolving the references (decision.resolve_spans) gives ``action`` back."""
     if not isinstance(action, Delegate) or not spans:
         return action
-    index = {span: f"#Q{n}" for n, span in enumerate(spans, 1)}
+    keys: dict[str, list[str]] = {}
+    for key, span in spans.items():
+        keys.setdefault(span, []).append(f"#{key}")
     out = []
     for st in action.subtasks:
         try:
@@ -84,7 +88,10 @@ def span_refs(action: Action, spans: Sequence[str]) -> Action:
         if goal is None or goal.perception is None or goal.modal is None:
             out.append(st)
             continue
-        args = {k: index.get(str(v), v) for k, v in goal.meta.get("args", {}).items()}
+        args = {}
+        for k, v in goal.meta.get("args", {}).items():
+            refs = keys.get(str(v))
+            args[k] = (refs.pop(0) if len(refs) > 1 else refs[0]) if refs else v
         text = perception_goal(goal.perception.name, args, f"#{goal.modal}")
         out.append(st.model_copy(update={"goal": text}))
     return Delegate(subtasks=out)
@@ -163,7 +170,7 @@ def score_decisions(
     seen: Collection[str] = (),
 ) -> tuple[DecisionScore, list[Mapping[str, Any]]]:
     """Each policy output (in ``view.fmt``) against its sample's expert decision, and per-sample rows
-    (for a report); ``#Q<n>`` references count as the spans they name. ``seen``: the target texts of
+    (for a report); span references (``#C1``) count as the spans they name. ``seen``: the target texts of
     training (:meth:`PolicyView.target`), for the exact rate on unseen targets."""
     seen = set(seen)
     fmt = view.fmt
