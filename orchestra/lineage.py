@@ -17,6 +17,7 @@ from typing import Any
 
 import orchestra
 from orchestra.config import Params
+from orchestra.data.sources import DATASET_SOURCES, dataset_files
 from orchestra.io import atomic_write_text, dump_json
 
 __all__ = [
@@ -51,8 +52,8 @@ DEPS: dict[str, StageDeps] = {
     "seed_tasks": StageDeps(
         (),
         ("seed",),
-        ("orchestra/data/seeds.py", "orchestra/schemas.py", "orchestra/resources/omnigaia")
-        + ("orchestra/world",),
+        ("orchestra/data/seeds.py", "orchestra/data/sources.py", "orchestra/schemas.py")
+        + ("orchestra/resources/omnigaia", "orchestra/world"),
     ),
     "anchor_facts": StageDeps(
         ("seed_tasks",),
@@ -186,6 +187,8 @@ def _external(name: str, params: Params, root: Path) -> dict[str, str]:
         src = Path(params.seed.path)
         out["seed.path"] = _file_md5(src) if src.is_file() else "missing"
         out["seed.path media"] = dir_md5(src.parent / "media")
+    if params.seed.source in DATASET_SOURCES:
+        out.update(dataset_files(params.seed))
     return out
 
 

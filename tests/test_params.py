@@ -43,8 +43,8 @@ def test_out_of_range_value_names_bound() -> None:
 
 def test_bad_literal_lists_allowed_values() -> None:
     with pytest.raises(ConfigError) as e:
-        parse_params({"seed": {"source": "coco"}})
-    assert "seed.source" in str(e.value) and "omnigaia" in str(e.value)
+        parse_params({"seed": {"source": "imagenet"}})
+    assert "seed.source" in str(e.value) and "omnigaia" in str(e.value) and "longvideobench" in str(e.value)
 
 
 def test_every_problem_reported_at_once() -> None:

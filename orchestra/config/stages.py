@@ -124,11 +124,18 @@ class WorldParams(_Section):
 
 
 class SeedParams(_Section):
-    source: Literal["world", "omnigaia", "omnigaia_file"] = Field(
-        "world", description="world = procedural offline world; omnigaia = the shipped OmniGAIA metadata"
+    source: Literal["world", "omnigaia", "omnigaia_file", "coco", "finevideo", "longvideobench"] = Field(
+        "world",
+        description="world = procedural offline world; omnigaia = the shipped OmniGAIA metadata; coco, "
+        "finevideo, longvideobench = a local copy of that dataset at seed.path (data/sources.py)",
     )
     path: str | None = Field(
-        None, description="omnigaia_file: an OmniGAIA-format JSON file (media beside it)"
+        None,
+        description="omnigaia_file: an OmniGAIA-format JSON file (media beside it); coco, finevideo, "
+        "longvideobench: the dataset's local folder",
+    )
+    split: str | None = Field(
+        None, description="coco: val2017 (default) | train2017; longvideobench: val (default)"
     )
     limit: int | None = Field(None, ge=1, description="keep only the first N seed tasks")
     incoming: str | None = Field(
@@ -140,8 +147,8 @@ class SeedParams(_Section):
 
     @model_validator(mode="after")
     def _source_inputs(self) -> SeedParams:
-        if self.source == "omnigaia_file" and not self.path:
-            raise ValueError("source 'omnigaia_file' needs seed.path")
+        if self.source in ("omnigaia_file", "coco", "finevideo", "longvideobench") and not self.path:
+            raise ValueError(f"source {self.source!r} needs seed.path")
         return self
 
 

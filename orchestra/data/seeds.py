@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import SeedParams
+from orchestra.data.sources import DATASET_SOURCES, load_dataset_source
 from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.schemas import Task, distribution, read_tasks_json, write_tasks_json
@@ -86,6 +87,8 @@ def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = 
             media = src.parent / MEDIA_DIR
             if media.is_dir():
                 shutil.copytree(media, tmp / MEDIA_DIR)
+        elif params.source in DATASET_SOURCES:
+            tasks = load_dataset_source(params, tmp / MEDIA_DIR)
         else:  # pragma: no cover - Literal in SeedParams keeps this unreachable
             raise StageError(f"unknown seed source {params.source!r}")
         if params.limit is not None:
