@@ -283,7 +283,10 @@ def test_question_spans_are_keyed_by_kind_in_order() -> None:
 
 def test_question_references_resolve_when_checked_in_a_state() -> None:
     ctx = ValidationContext(
-        backends={"vision_expert": {"counting"}}, tools={"image_count_objects"}, n_modal=1, spans={"C1": "red"}
+        backends={"vision_expert": {"counting"}},
+        tools={"image_count_objects"},
+        n_modal=1,
+        spans={"C1": "red"},
     )
     text = "E1 vision_expert image_count_objects M1 - count the shapes of colour #C1 and type any in #M1"
     out = parse_decision(text, fmt="lines", context=ctx)

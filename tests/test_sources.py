@@ -51,10 +51,18 @@ def _coco(root: Path) -> Path:
         return {"id": aid, "image_id": image_id, "category_id": cat, "segmentation": seg, "area": 16.0,
                 "bbox": [1.0, 1.0, 4.0, 4.0], "iscrowd": crowd}  # fmt: skip
 
-    anns = [inst(1, 139, 1), inst(2, 139, 62), inst(3, 139, 62), inst(4, 139, 1, crowd=1), inst(5, 139, 1, crowd=1)]
+    anns = [
+        inst(1, 139, 1),
+        inst(2, 139, 62),
+        inst(3, 139, 62),
+        inst(4, 139, 1, crowd=1),
+        inst(5, 139, 1, crowd=1),
+    ]
     anns += [inst(6, 285, 23)]  # image 632 has no instances: no task
     (root / "annotations" / "instances_val2017.json").write_text(
-        json.dumps({"info": info, "licenses": [], "images": images, "annotations": anns, "categories": categories})
+        json.dumps(
+            {"info": info, "licenses": [], "images": images, "annotations": anns, "categories": categories}
+        )
     )
     caps = [{"image_id": 139, "id": 10, "caption": "A woman stands in the  dining area."},
             {"image_id": 285, "id": 11, "caption": "A big burly grizzly bear."}]  # fmt: skip
@@ -76,7 +84,9 @@ def test_coco_images_become_counting_tasks_with_their_captions(tmp_path: Path) -
     m = chairs.omni_modal_input[0]
     assert (m.type, m.path) == ("image", "images/000000000139.jpg") and (out / "media" / m.path).is_file()
     assert tasks[1].answer == "1" and "'bear'" in tasks[1].question
-    limited = build_seed_tasks(SeedParams(source="coco", path=str(root), limit=1, incoming=None), tmp_path / "one")
+    limited = build_seed_tasks(
+        SeedParams(source="coco", path=str(root), limit=1, incoming=None), tmp_path / "one"
+    )
     assert limited["rows"] == 1 and not (tmp_path / "one" / "media" / "images" / "000000000285.jpg").exists()
 
 
@@ -120,7 +130,8 @@ def test_finevideo_shards_become_one_task_per_question(tmp_path: Path) -> None:
 def _lvb(root: Path, with_answer: bool = True) -> Path:
     entry = {
         "video_id": "86CxyhFV9MI", "question": "Which subtitles appear with the man in grey?",
-        "question_wo_referring_query": "Which subtitles appear?", "candidates": ["Hello", "Goodbye", "Thanks"],
+        "question_wo_referring_query": "Which subtitles appear?",
+        "candidates": ["Hello", "Goodbye", "Thanks"],
         "correct_choice": 1, "position": [854, 948], "topic_category": "NP-News-Programs",
         "question_category": "TOS", "level": "L2-Relation", "id": "86CxyhFV9MI_0",
         "video_path": "86CxyhFV9MI.mp4", "subtitle_path": "86CxyhFV9MI_en.json", "duration_group": 600,
@@ -130,12 +141,16 @@ def _lvb(root: Path, with_answer: bool = True) -> Path:
         del entry["correct_choice"]
     _video(root / "videos" / "86CxyhFV9MI.mp4", 2)
     (root / "subtitles").mkdir(parents=True, exist_ok=True)
-    (root / "subtitles" / "86CxyhFV9MI_en.json").write_text(json.dumps([{"timestamp": [0.0, 1.0], "text": "Goodbye"}]))
+    (root / "subtitles" / "86CxyhFV9MI_en.json").write_text(
+        json.dumps([{"timestamp": [0.0, 1.0], "text": "Goodbye"}])
+    )
     (root / "lvb_val.json").write_text(json.dumps([entry]))
     return root
 
 
-def test_longvideobench_entries_become_lettered_choices_and_missing_copies_name_the_param(tmp_path: Path) -> None:
+def test_longvideobench_entries_become_lettered_choices_and_missing_copies_name_the_param(
+    tmp_path: Path,
+) -> None:
     root = _lvb(tmp_path / "lvb")
     out = tmp_path / "seed_tasks"
     build_seed_tasks(SeedParams(source="longvideobench", path=str(root), incoming=None), out)
@@ -152,7 +167,9 @@ def test_longvideobench_entries_become_lettered_choices_and_missing_copies_name_
         SeedParams(source="coco")
     _lvb(tmp_path / "test_split", with_answer=False)
     with pytest.raises(StageError, match="has no correct_choice"):
-        build_seed_tasks(SeedParams(source="longvideobench", path=str(tmp_path / "test_split"), incoming=None), out)
+        build_seed_tasks(
+            SeedParams(source="longvideobench", path=str(tmp_path / "test_split"), incoming=None), out
+        )
     assert (out / "tasks.json").read_bytes() == before  # a failed build leaves the last output
 
 
@@ -165,5 +182,7 @@ def test_seed_tasks_stage_materializes_a_dataset_source(tmp_path: Path) -> None:
     res = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     assert [t.id for t in load_seed_tasks(tmp_path / "data" / "seed_tasks")] == ["coco-139", "coco-285"]
-    again = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    again = subprocess.run(
+        run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert again.returncode == 0 and '"up_to_date": true' in again.stdout, again.stdout + again.stderr

@@ -5,7 +5,7 @@ n-th colour, shape, name or number named), so a policy points at a word instead 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -215,7 +215,9 @@ def question_spans(
     return {key: m[2] for key, m in zip(_keys(matches), matches, strict=True)}
 
 
-def mark_question(question: str, vocabulary: Mapping[str, str] | None = None, plain: Collection[str] = ()) -> str:
+def mark_question(
+    question: str, vocabulary: Mapping[str, str] | None = None, plain: Collection[str] = ()
+) -> str:
     """``question`` with each span occurrence followed by its key: ``the yellow #C1 squares #S1``."""
     matches = _span_matches(question, vocabulary or {}, plain)
     out, last = [], 0

@@ -330,8 +330,8 @@ _STYLES["bare"] = _Style(
 )
 # bare, with each question span marked by the key that names it (#C1 the first colour, #N2 the second
 # name): the policy writes the reference and the runtime puts the span in (refs.question_spans), so
-# rare names need not be copied; and a
-# result less sure than the state's unsure_below marked '?' (the comparison is the runtime's).
+# rare names need not be copied; and a result less sure than the state's unsure_below marked '?' (the
+# comparison is the runtime's).
 _STYLES["marked"] = _Style(
     system=_STYLES["bare"].system,
     user=lambda state, ev, hist: _compact_user(state, ev, hist, marked=True),
@@ -366,13 +366,14 @@ def render_state(
     ``compact`` (names and numbers only: for a small trained policy) or ``minimal`` (compact with the
     pool reduced to names: for a policy trained on that pool) or ``bare`` (compact without the pool: for
     a policy trained on one fixed pool) or ``marked`` (bare, the question's spans marked with the
-    reference that names each, ``#C1`` the first colour, results less sure than ``unsure_below`` marked ``?``). The fixed part
-    (system prompt, question, modal inputs) is measured first; if it alone exceeds the budget,
-    backend/tool descriptions are dropped, and if that is still too long :class:`ContextBudgetError` is
-    raised. The rest of the budget goes to the context and history: the newest history entries that fit
-    in a third are reserved, evidence is compressed into what is left, at most ``evidence_tokens``
-    (:func:`~orchestra.agent.memory.compress`), then history takes any remainder. A final check against
-    ``counter`` on the whole text drops oldest history, then least relevant evidence.
+    reference that names each, ``#C1`` the first colour, results less sure than ``unsure_below`` marked
+    ``?``). The fixed part (system prompt, question, modal inputs) is measured first; if it alone
+    exceeds the budget, backend/tool descriptions are dropped, and if that is still too long
+    :class:`ContextBudgetError` is raised. The rest of the budget goes to the context and history: the
+    newest history entries that fit in a third are reserved, evidence is compressed into what is left,
+    at most ``evidence_tokens`` (:func:`~orchestra.agent.memory.compress`), then history takes any
+    remainder. A final check against ``counter`` on the whole text drops oldest history, then least
+    relevant evidence.
     """
     if style not in _STYLES:
         raise ValueError(f"unknown render style {style!r}; valid: {', '.join(STYLES)}")

@@ -38,7 +38,9 @@ _LETTERS = "ABCDEFGHIJ"
 
 def _root(params: SeedParams) -> Path:
     if not params.path:
-        raise StageError(f"seed.path is not set: seed.source {params.source!r} reads a local copy of the dataset")
+        raise StageError(
+            f"seed.path is not set: seed.source {params.source!r} reads a local copy of the dataset"
+        )
     root = Path(params.path).expanduser()
     if not root.is_dir():
         raise StageError(f"seed.path {str(root)!r} is not a folder (seed.source {params.source!r} reads one)")
@@ -151,7 +153,13 @@ def _finevideo(params: SeedParams, root: Path, media: Path) -> Iterator[Task]:
                 question=" ".join(str(qa["question"]).split()),
                 omni_modal_input=[ModalInput(type="video", id=f"video_{vid}", path=rel)],
                 annotated_solution=[f"Video: {t}" for t in about if t],
-                sources=[{"type": "dataset", "url": f"finevideo:{name}", "key_information": meta.get("youtube_title")}],
+                sources=[
+                    {
+                        "type": "dataset",
+                        "url": f"finevideo:{name}",
+                        "key_information": meta.get("youtube_title"),
+                    }
+                ],
                 answer=" ".join(str(qa["answer"]).split()),
                 task_type="video w/ audio",
                 category=meta.get("content_parent_category"),
@@ -167,10 +175,14 @@ def _longvideobench(params: SeedParams, root: Path, media: Path) -> Iterator[Tas
     for e in entries:
         eid = _need(e, "id", name)
         if e.get("correct_choice") is None:
-            raise StageError(f"seed.path: {name} entry {eid!r} has no correct_choice (the test file has no answers)")
+            raise StageError(
+                f"seed.path: {name} entry {eid!r} has no correct_choice (the test file has no answers)"
+            )
         options = list(_need(e, "candidates", name))
         if not 0 <= int(e["correct_choice"]) < len(options) <= len(_LETTERS):
-            raise StageError(f"seed.path: {name} entry {eid!r}: correct_choice {e['correct_choice']} of {len(options)}")
+            raise StageError(
+                f"seed.path: {name} entry {eid!r}: correct_choice {e['correct_choice']} of {len(options)}"
+            )
         listed = " ".join(f"{_LETTERS[i]}. {o}" for i, o in enumerate(options))
         rel = _place(root / "videos" / _need(e, "video_path", name), media, f"videos/{e['video_path']}")
         sources: list[dict[str, Any]] = []
@@ -179,7 +191,8 @@ def _longvideobench(params: SeedParams, root: Path, media: Path) -> Iterator[Tas
             sources.append({"type": "subtitles", "url": sub, "key_information": None})
         yield Task(
             id=f"lvb-{eid}",
-            question=f"{' '.join(str(e['question']).split())} Options: {listed} Answer with the option's letter.",
+            question=f"{' '.join(str(e['question']).split())} Options: {listed} "
+            "Answer with the option's letter.",
             omni_modal_input=[ModalInput(type="video", id=f"video_{e['video_id']}", path=rel)],
             sources=sources,
             answer=_LETTERS[int(e["correct_choice"])],
