@@ -456,3 +456,24 @@ def test_dagrpo_draws_first_decisions_as_often_as_asked() -> None:
     assert pick_prompts(train, 1000, 12, seed=3) == weighted  # a resumed run sees the same prompts
     share = [sum(not s.state["context"] for s in picked) / len(picked) for picked in (plain, weighted)]
     assert share[0] == pytest.approx(0.10, abs=0.01) and share[1] == pytest.approx(120 / 210, abs=0.02)
+
+
+def test_dagrpo_screen_keeps_the_states_the_policy_gets_wrong_first() -> None:
+    from orchestra.schemas import DecisionSample
+    from orchestra.training.grpo import screen_prompts
+
+    def sample(i: int) -> DecisionSample:
+        return DecisionSample(
+            sample_id=f"s{i}", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            state={"question": "q"}, decision=Finish(answer="1"),
+        )  # fmt: skip
+
+    cands = [sample(i) for i in range(8)]
+    totals = [1.0, 0.4, 1.0, 0.999, 1.0, 0.0, 1.0, 1.0]
+    picked, hard = screen_prompts(cands, totals, 4)
+    assert hard == 3 and [s.sample_id for s in picked] == ["s1", "s3", "s5", "s0"]  # then the rest, in order
+    picked, hard = screen_prompts(cands, totals, 2)
+    assert [s.sample_id for s in picked] == ["s1", "s3"]
+    assert screen_prompts(cands, [1.0] * 8, 3)[0] == cands[:3]  # nothing to learn from: the draw as it was
+    with pytest.raises(ValueError):
+        screen_prompts(cands, totals[:3], 2)

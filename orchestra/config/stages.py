@@ -313,6 +313,14 @@ class DAGRPOParams(GRPOParams):
         le=100,
         description="a first decision (the plan) is drawn this many times as often as another",
     )
+    screen: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="draw this many candidate states per prompt trained on and keep those where the "
+        "start policy's greedy decision scores below the rubric's best (DAPO's dynamic sampling, done "
+        "once before training: a group whose decisions all score alike has no advantage); 0 = off",
+    )
 
 
 class TrainParams(_Section):

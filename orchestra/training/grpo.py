@@ -27,7 +27,15 @@ from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 from orchestra.training.sft import samples_path
 
-__all__ = ["grpo_config", "pick_prompts", "prompt_order", "rubric_rewards", "start_policy", "train_dagrpo"]
+__all__ = [
+    "grpo_config",
+    "pick_prompts",
+    "prompt_order",
+    "rubric_rewards",
+    "screen_prompts",
+    "start_policy",
+    "train_dagrpo",
+]
 
 
 def start_policy(root: Path) -> Path:
@@ -108,6 +116,23 @@ def pick_prompts(
     return [pool[i] for i in prompt_order(len(pool), count, seed)]
 
 
+def screen_prompts(
+    candidates: Sequence[DecisionSample],
+    totals: Sequence[float],
+    count: int,
+    best: float = 1.0,
+) -> tuple[list[DecisionSample], int]:
+    """``count`` of ``candidates`` (in their order), first those whose start-policy output scored
+    below ``best`` (``totals``: the rubric of each one's greedy decision, normalised to 0..1), then the
+    others; and how many scored below. A state the policy already decides perfectly gives a group of
+    equal rewards, which has no advantage and teaches GRPO nothing."""
+    if len(candidates) != len(totals):
+        raise ValueError("one rubric total per candidate")
+    hard = [s for s, t in zip(candidates, totals, strict=True) if t < best - 1e-9]
+    easy = [s for s, t in zip(candidates, totals, strict=True) if t >= best - 1e-9]
+    return (hard + easy)[:count], len(hard)
+
+
 def train_dagrpo(params: Params, root: Path) -> TrainResult:
     """DA-GRPO from the SFT policy on the train split's decision prompts: a group of decisions per
     state, each scored by the rubric against the expert's decision for that state; publishes
@@ -127,7 +152,11 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     val = [s for s in samples if s.split == "val"]
     by_id = {s.sample_id: s for s in train}
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
-    picked = pick_prompts(train, n_prompts, gp.first_decision_repeats, params.train.seed)
+    screen = max(1, gp.screen)
+    picked = pick_prompts(train, n_prompts * screen, gp.first_decision_repeats, params.train.seed)
+    screened: dict[str, float] = {}
+    if gp.screen:
+        picked, screened = _screen(picked, n_prompts, model, tokenizer, view, params)
     rows = [
         {
             "prompt": view.messages(OrchestraState.model_validate(s.state), params.agent),
@@ -150,6 +179,10 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
     with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
+        if screened:
+            import mlflow
+
+            mlflow.log_metrics(screened)
         config = grpo_config(
             gp,
             dirs.checkpoints,
@@ -168,3 +201,28 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
         seen = target_texts(view, train)
         run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
         return train_and_publish(run, trainer, model, view, params, val, seen, len(rows))
+
+
+def _screen(
+    candidates: Sequence[DecisionSample], count: int, model: Any, tokenizer: Any, view: Any, params: Params
+) -> tuple[list[DecisionSample], dict[str, float]]:
+    """:func:`screen_prompts` on the start policy's greedy decisions (deterministic, so a resumed run
+    screens to the same prompts), and what the screen found, for MLflow."""
+    from orchestra.training.common import generate
+    from orchestra.training.reward_model import make_rubric
+
+    t0 = time.perf_counter()
+    prompts = [view.messages(OrchestraState.model_validate(s.state), params.agent) for s in candidates]
+    outputs = generate(model, tokenizer, prompts, params.agent.decision_tokens)
+    score, w = make_rubric(params), params.train.dagrpo.rubric
+    totals = [
+        score(o, OrchestraState.model_validate(s.state), s.decision, view.fmt).total(w)
+        for o, s in zip(outputs, candidates, strict=True)
+    ]
+    picked, hard = screen_prompts(candidates, totals, count)
+    stats = {
+        "screen_candidates": float(len(candidates)),
+        "screen_below_best": float(hard),
+        "screen_s": time.perf_counter() - t0,
+    }
+    return picked, stats
