@@ -198,7 +198,8 @@ def _inputs(task: Task) -> dict[str, tuple[str, str]]:
 
 def _material_node(task: Task, step: PerceiveStep) -> tuple[StepGoal, SubTask, dict[str, Any]]:
     kind = step_goal(step, {}, _inputs(task))
-    node = SubTask(id="E1", goal=kind.goal, modalities=[kind.modal] if kind.modal else [], tools=[kind.tool])
+    modalities = [kind.modal] if kind.modal else []
+    node = SubTask(id="E1", goal=kind.goal, modalities=modalities, tools=list(kind.tools))
     return kind, node, {key: f"#{key}" for key, _ in _inputs(task).values()}
 
 
