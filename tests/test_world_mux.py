@@ -87,6 +87,22 @@ def test_the_rest_of_a_muxed_world_is_the_same_bytes(small_world: Path, small_mu
     assert others and all(_tasks(small_muxed_world)[k] == t for k, t in others.items())
 
 
+def test_material_facts_include_the_muxed_track(small_world: Path, small_muxed_world: Path) -> None:
+    """anchor_facts' material (what else a task's media answer) reads a muxed video's sound too."""
+    from orchestra.data.anchors import material_steps
+    from orchestra.world.replay import load_truth
+
+    def facts(world: Path, task: Task) -> list[tuple[str, str, object]]:
+        steps = material_steps(task, load_truth(world).media)
+        return sorted((s.perception, str(sorted(s.args.items())), s.value) for s in steps)
+
+    pairs = _pairs(small_world, small_muxed_world)
+    audio = [PERCEPTIONS[f[0]].modality for sep, _ in pairs for f in facts(small_world, sep)]
+    assert "audio" in audio
+    for sep, mux in pairs:
+        assert facts(small_muxed_world, mux) == facts(small_world, sep)
+
+
 def test_same_params_give_the_same_muxed_bytes(small_muxed_world: Path, tmp_path: Path) -> None:
     generate_world(SMALL_MUXED_WORLD, tmp_path / "again")
     assert _hashes(tmp_path / "again") == _hashes(small_muxed_world)

@@ -120,6 +120,8 @@ def _readable(truth: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         for obj, n in sorted(changes.items()):
             if n == 1:
                 yield "color_change_second", {"object": obj}
+        if isinstance(truth.get("audio_track"), dict):  # a muxed video's sound: read as its own audio
+            yield from _readable(truth["audio_track"])
 
 
 def _fact(task: Task, step: Any, expert: str) -> AnchorFact:
