@@ -103,6 +103,33 @@ def test_material_facts_include_the_muxed_track(small_world: Path, small_muxed_w
         assert facts(small_muxed_world, mux) == facts(small_world, sep)
 
 
+def test_a_muxed_video_is_fused_across_picture_and_sound(small_muxed_world: Path) -> None:
+    """rewrite_candidates' cross-modal fusion counts a muxed video's picture and sound as two inputs
+    (one file, so none before): fused programs read both, in questions worded for one file."""
+    from orchestra.config import RewriteParams
+    from orchestra.data.anchors import _fact, material_steps
+    from orchestra.data.phrases import QUESTIONS
+    from orchestra.data.rewrite import rewrite_seed
+    from orchestra.world.replay import load_truth
+
+    truth = load_truth(small_muxed_world)
+    fused = []
+    for seed in _tasks(small_muxed_world).values():
+        if seed.task_type != MUXED:
+            continue
+        material = [_fact(seed, s, "truth") for s in material_steps(seed, truth.media)]
+        steps = [s for s in seed.solution_program or [] if isinstance(s, PerceiveStep)]
+        out = rewrite_seed(
+            seed, [_fact(seed, s, "truth") for s in steps], material, truth.kb, RewriteParams()
+        )
+        fused += [(c.task, c.template) for c in out if c.strategy == "cross_modal_fusion"]
+    assert len(fused) >= 3
+    for task, template in fused:
+        read = {PERCEPTIONS[s.perception].modality for s in task.solution_program or [] if s.op == "perceive"}
+        assert read == {"video", "audio"} and len(task.omni_modal_input) == 1
+        assert template in QUESTIONS["cross_modal_fusion"]["number_one_file"] and "input" not in task.question
+
+
 def test_same_params_give_the_same_muxed_bytes(small_muxed_world: Path, tmp_path: Path) -> None:
     generate_world(SMALL_MUXED_WORLD, tmp_path / "again")
     assert _hashes(tmp_path / "again") == _hashes(small_muxed_world)
