@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from orchestra.agent.systems import Environment
 
 SMALL_WORLD = WorldParams(n_seeds=24, n_entities=60)
+SMALL_MUXED_WORLD = WorldParams(n_seeds=24, n_entities=60, video_audio_track="muxed")
 
 #: The smallest policy that still trains: seconds per recipe on 2 cores (the `tiny_train` fixture).
 TINY_TRAIN = {
@@ -48,6 +49,17 @@ def small_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("small_world")
     generate_world(SMALL_WORLD, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_muxed_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``small_world``'s params with ``video_audio_track: muxed``: its "video w/ audio" tasks carry one
+    MP4 with a sound track; every other file is the same bytes. Do not modify its files."""
+    from orchestra.world import generate_world
+
+    out = tmp_path_factory.mktemp("small_muxed_world")
+    generate_world(SMALL_MUXED_WORLD, out)
     return out
 
 

@@ -36,7 +36,14 @@ from orchestra.agent.decision import Action, Format, MaestroSearch
 from orchestra.agent.refs import ReferenceError_, modal_key, next_subtask_id, substitute
 from orchestra.agent.state import OrchestraState
 from orchestra.backends.base import BackendCard
-from orchestra.backends.goals import PERCEPTIONS, browse_goal, compute_goal, perception_goal, search_goal
+from orchestra.backends.goals import (
+    PERCEPTIONS,
+    browse_goal,
+    compute_goal,
+    perception_goal,
+    perception_tools,
+    search_goal,
+)
 from orchestra.backends.selection import infer_demand, score_terms
 from orchestra.config import AgentParams
 from orchestra.errors import OrchestraError
@@ -86,11 +93,12 @@ def program_inputs(step: SolutionStep) -> list[str]:
 
 @dataclass(frozen=True)
 class StepGoal:
-    """A program step as a sub-task goal: the goal text, the skill and tool it needs, its modal input."""
+    """A program step as a sub-task goal: the goal text, the skill and tools it needs, its modal input
+    (an audio perception on a video input needs ``video_extract_audio`` before the audio tool)."""
 
     goal: str
     skill: str
-    tool: str
+    tools: tuple[str, ...]
     modal: str | None = None
     modal_type: str | None = None
 
@@ -107,15 +115,15 @@ def step_goal(step: SolutionStep, ids: Mapping[str, str], inputs: Mapping[str, t
         key, mtype = inputs[step.input_id]
         spec = PERCEPTIONS[step.perception]
         goal = perception_goal(step.perception, step.args, f"#{key}")
-        return StepGoal(goal, spec.skill, spec.tool, key, mtype)
+        return StepGoal(goal, spec.skill, perception_tools(spec, mtype), key, mtype)
     if isinstance(step, SearchStep):
         q = ref(step.query[1:]) if step.query.startswith("$") else step.query
-        return StepGoal(search_goal(q), "search", "web_search")
+        return StepGoal(search_goal(q), "search", ("web_search",))
     if isinstance(step, BrowseStep):
         url = ref(step.url[1:]) if step.url.startswith("$") else step.url
-        return StepGoal(browse_goal(url, step.field), "browse", "page_browser")
+        return StepGoal(browse_goal(url, step.field), "browse", ("page_browser",))
     expr = _VAR.sub(lambda m: ref(m.group(0)), step.expression)
-    return StepGoal(compute_goal(expr), "code", "code_executor")
+    return StepGoal(compute_goal(expr), "code", ("code_executor",))
 
 
 def _norm(text: str) -> str:
@@ -299,7 +307,7 @@ def expert_decision(
                 id=ids[s.out],
                 goal=kind.goal,
                 modalities=[kind.modal] if kind.modal else [],
-                tools=[kind.tool],
+                tools=list(kind.tools),
                 backend=(
                     prog.escalate.get(s.out) or step_backend(kind, state.backends, agent, s.out, routing)
                 )

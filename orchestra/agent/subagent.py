@@ -11,7 +11,7 @@ from typing import Any
 from orchestra.agent.refs import ReferenceError_, find_refs, modal_key, substitute
 from orchestra.agent.scheduler import NodeInputs
 from orchestra.backends.base import Backend, BackendError, BackendRegistry, SubResult, SubTaskInput
-from orchestra.backends.goals import skill_tools, tool_skill_profiles
+from orchestra.backends.goals import AUDIO_TOOLS, EXTRACT_TOOL, skill_tools, tool_skill_profiles
 from orchestra.backends.selection import infer_demand, score_terms, select_tools, tool_profiles
 from orchestra.config import AgentParams
 from orchestra.schemas import ModalInput, SubTask
@@ -90,6 +90,9 @@ class SubAgent:
         names = list(subtask.tools)
         if not names and subtask.skill is not None:  # Maestro: the skill's Level-2 sub-routines
             names = [t for t in self.skill_tools.get(subtask.skill, []) if t in self.tools]
+            video = any(m.type == "video" for m in mask.values())
+            if video and AUDIO_TOOLS & set(names) and EXTRACT_TOOL in self.tools:
+                names.insert(0, EXTRACT_TOOL)  # audio from a video: its sound track, extracted first
         if not names:
             demand = infer_demand(subtask.goal, [m.type for m in mask.values()], subtask.skill)
             names = select_tools(demand, self.profiles, self.agent.max_tools, self.agent.redundancy_penalty)

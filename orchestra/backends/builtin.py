@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestra.backends.base import Backend, SubResult, SubTaskInput, ToolCall
 from orchestra.backends.goals import (
+    EXTRACT_TOOL,
     Goal,
     GoalError,
     goal_by_routine,
@@ -176,11 +177,17 @@ class BuiltinExpert(Backend):
         if modal is None:
             allowed = ", ".join(sorted(task.modal_inputs)) or "none"
             raise GoalError(f"#{goal.modal} is not among the modal inputs this sub-task may read ({allowed})")
-        if modal.type != spec.modality:
+        muxed = spec.modality == "audio" and modal.type == "video"  # the video's sound track
+        if modal.type != spec.modality and not muxed:
             raise GoalError(f"{spec.name} reads {spec.modality}, but #{goal.modal} is {modal.type}")
         path = Path(modal.path)
         if task.media_root and not path.is_absolute():
             path = Path(task.media_root) / path
+        if muxed:
+            obs = await box.call(EXTRACT_TOOL, {"path": str(path)})
+            if not obs.ok:
+                raise _fail(obs)
+            path = Path(obs.data["out_path"])
         args: dict[str, Any] = {"path": str(path), **goal.args}
         tool = box.tools.get(spec.tool)
         if self.mode is not None and tool is not None and "mode" in tool.input_schema.get("properties", {}):

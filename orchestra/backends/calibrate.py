@@ -61,7 +61,7 @@ def step_subtasks(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
             id=ids[s.out],
             goal=kind.goal,
             modalities=[kind.modal] if kind.modal else [],
-            tools=[kind.tool],
+            tools=list(kind.tools),
             depends_on=[ids[v] for v in program_inputs(s)],
         )
         out.append((kind.skill, node, values, s.value))

@@ -46,6 +46,7 @@ __all__ = [
     "match_field",
     "parse_goal",
     "perception_goal",
+    "perception_tools",
     "search_goal",
     "skill_registry",
     "skill_tools",
@@ -88,6 +89,20 @@ def tool_skill_profiles() -> dict[str, dict[str, float]]:
         for t in tools:
             out.setdefault(t, {})[skill] = 1.0
     return out
+
+
+#: the tool that writes a video's sound track as a WAV the audio tools read (a muxed "video w/ audio")
+EXTRACT_TOOL = "video_extract_audio"
+#: the tools of the perceptions that read audio
+AUDIO_TOOLS: frozenset[str] = frozenset(s.tool for s in PERCEPTIONS.values() if s.modality == "audio")
+
+
+def perception_tools(spec: PerceptionSpec, modal_type: str | None) -> tuple[str, ...]:
+    """The tools ``spec`` needs on a modal input of ``modal_type``: its own tool, after
+    :data:`EXTRACT_TOOL` when it reads audio from a video (the video's sound track)."""
+    if spec.modality == "audio" and modal_type == "video":
+        return (EXTRACT_TOOL, spec.tool)
+    return (spec.tool,)
 
 
 _ACTION_PHRASES: dict[str, str] = {

@@ -114,6 +114,12 @@ class WorldParams(_Section):
     video_seconds: float = Field(4.0, gt=0.5, le=60)
     video_fps: int = Field(8, ge=1, le=60)
     video_size: tuple[int, int] = (192, 144)
+    video_audio_track: Literal["separate", "muxed"] = Field(
+        "separate",
+        description='how a "video w/ audio" task carries its sound: separate = a silent MP4 plus a WAV '
+        "(two modal inputs); muxed = one MP4 whose PCM audio track is that sound (one modal input, "
+        "as OmniGAIA's videos; read with video_extract_audio, then the audio tools)",
+    )
 
     @model_validator(mode="after")
     def _known_categories(self) -> WorldParams:

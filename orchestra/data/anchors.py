@@ -120,6 +120,8 @@ def _readable(truth: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         for obj, n in sorted(changes.items()):
             if n == 1:
                 yield "color_change_second", {"object": obj}
+        if isinstance(truth.get("audio_track"), dict):  # a muxed video's sound: read as its own audio
+            yield from _readable(truth["audio_track"])
 
 
 def _fact(task: Task, step: Any, expert: str) -> AnchorFact:
@@ -198,7 +200,8 @@ def _inputs(task: Task) -> dict[str, tuple[str, str]]:
 
 def _material_node(task: Task, step: PerceiveStep) -> tuple[StepGoal, SubTask, dict[str, Any]]:
     kind = step_goal(step, {}, _inputs(task))
-    node = SubTask(id="E1", goal=kind.goal, modalities=[kind.modal] if kind.modal else [], tools=[kind.tool])
+    modalities = [kind.modal] if kind.modal else []
+    node = SubTask(id="E1", goal=kind.goal, modalities=modalities, tools=list(kind.tools))
     return kind, node, {key: f"#{key}" for key, _ in _inputs(task).values()}
 
 

@@ -101,6 +101,14 @@ QUESTIONS: dict[str, dict[str, tuple[str, ...]]] = {
             "Fuse the two inputs: give {p}.{wiki}",
             "Read each input, then report {p}.{wiki}",
         ),
+        "number_one_file": (  # both read from one muxed video: its picture and its sound track
+            "Combining what the video shows and what it plays, what is {p}?{wiki}",
+            "Putting picture and sound together, compute {p}.{wiki}",
+            "Across the picture and the soundtrack: what is {p}?{wiki}",
+            "{wiki_lead}using both what is seen and what is heard, find {p}.",
+            "Fuse what you see with what you hear: give {p}.{wiki}",
+            "Watch and listen, then report {p}.{wiki}",
+        ),
     },
     "constraint_scoping": {
         "number": (

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestra.backends.goals import PERCEPTIONS
 from orchestra.data import phrases as ph
 from orchestra.errors import StageError
 from orchestra.schemas import AnchorFact, BrowseStep, ComputeStep, PerceiveStep, SearchStep, Source, Task
@@ -52,6 +53,26 @@ class Builder:
     def pick(self, options: tuple[str, ...]) -> str:
         return options[int(self.rng.integers(len(options)))]
 
+    def channel(self, input_id: str, perception: str) -> str:
+        """What a perception reads: its modal input's id, or ``<id>:audio`` for a video's sound track
+        (a muxed "video w/ audio"), so that one muxed file still offers two modalities to fuse."""
+        spec = PERCEPTIONS.get(perception)
+        mod = next((m for m in self.seed.omni_modal_input if m.id == input_id), None)
+        if spec is not None and mod is not None and spec.modality != mod.type:
+            return f"{input_id}:{spec.modality}"
+        return input_id
+
+    def channels(self, material: list[AnchorFact]) -> set[str]:
+        """The seed's modal inputs and every channel its steps or ``material`` read (see :meth:`channel`)."""
+        out = {m.id for m in self.seed.omni_modal_input}
+        steps = [
+            (s.input_id, s.perception)
+            for s in self.seed.solution_program or []
+            if isinstance(s, PerceiveStep)
+        ]
+        facts = [(str(f.source), str(f.perception)) for f in material if f.perception]
+        return out | {self.channel(i, p) for i, p in steps + facts}
+
     def _media_word(self, input_id: str) -> str:
         """One word per modal input for the whole question ("image" or "picture", not both)."""
         if input_id not in self.words:
@@ -81,7 +102,9 @@ class Builder:
             where = ph.fill(self.pick(ph.NAME_SOURCES[step.perception]), m=m)
             phrase = where
         note = f"{phrase[0].upper()}{phrase[1:]}: {format_value(step.value)}."
-        return self._new(step, phrase, kind, note, inputs=frozenset({step.input_id}))
+        return self._new(
+            step, phrase, kind, note, inputs=frozenset({self.channel(step.input_id, step.perception)})
+        )
 
     def search(self, step: SearchStep) -> Var:
         name = self.vars[step.query[1:]]

@@ -11,7 +11,8 @@ and the model rephrases its draft question (``orchestra.data.llm.rephrase_candid
 
 Strategies (each is a way of extending the program, with its own question templates):
 - ``numeric_composition``: new numbers (material or page attributes) combined by + - * /.
-- ``cross_modal_fusion``: numbers read from two different modal inputs combined (needs two).
+- ``cross_modal_fusion``: numbers read from two different modal inputs combined (needs two; a
+  muxed video's picture and sound count as two).
 - ``constraint_scoping``: filtered readings of one file (a colour and shape, one chart label)
   compared with max / min / absolute difference.
 - ``multi_hop_chaining``: from an entity's page along relations to another page's fact.
@@ -108,7 +109,7 @@ def numeric_composition(b: Builder, material: list[AnchorFact], lo: int, hi: int
 
 
 def cross_modal_fusion(b: Builder, material: list[AnchorFact], lo: int, hi: int) -> bool:
-    inputs = {m.id for m in b.seed.omni_modal_input}
+    inputs = b.channels(material)  # a muxed video's picture and sound count as two
     if len(inputs) < 2 or b.last().kind != "number":
         return False
     k = _units(len(b.steps), 2, lo, hi, least=0 if len(b.last().inputs) >= 2 else 1)
@@ -116,7 +117,13 @@ def cross_modal_fusion(b: Builder, material: list[AnchorFact], lo: int, hi: int)
         return False
     for _ in range(k):
         others = inputs - b.last().inputs or inputs
-        if not _compose(b, material, 1, ("sum", "absdiff", "product"), lambda f, o=others: f.source in o):
+        if not _compose(
+            b,
+            material,
+            1,
+            ("sum", "absdiff", "product"),
+            lambda f, o=others: b.channel(str(f.source), str(f.perception)) in o,
+        ):
             return False
     return len(b.last().inputs) >= 2
 
@@ -213,6 +220,8 @@ def _task(b: Builder, cid: str, strategy: str) -> tuple[Task, str]:
     final = b.last()
     kinds = ph.QUESTIONS[strategy]
     kind = final.kind if final.kind in kinds else "number"
+    if strategy == "cross_modal_fusion" and len(b.seed.omni_modal_input) == 1:
+        kind = "number_one_file"  # a muxed video's picture and sound, not "both inputs"
     template = b.pick(kinds[kind])
     wiki = any(isinstance(s, BrowseStep) for s in b.steps)
     lead = b.pick(ph.WIKI_LEADS) if wiki else ""

@@ -274,34 +274,41 @@ def read_video(
     return VideoInfo(fps=fps, frame_count=index, width=size[0], height=size[1]), frames, kept
 
 
-def mp4_tracks(path: Path) -> list[dict[str, str]]:
-    """The tracks an MP4/MOV file declares (handler 'vide'/'soun'/..., sample format), from its boxes."""
-    data = path.read_bytes()
-    tracks: list[dict[str, str]] = []
+#: a decoded track may end this much (seconds) short of the length its container declares: codec
+#: frame rounding and AAC priming; a truncated file misses more
+TRACK_SLACK_S = 0.1
 
-    def walk(start: int, end: int, cur: dict[str, str] | None) -> None:
-        pos = start
-        while pos + 8 <= end:
-            size, kind = struct.unpack(">I4s", data[pos : pos + 8])
-            head = 8
-            if size == 1 and pos + 16 <= end:
-                size, head = struct.unpack(">Q", data[pos + 8 : pos + 16])[0], 16
-            elif size == 0:
-                size = end - pos
-            if size < head or pos + size > end:
-                return
-            body = pos + head
-            if kind == b"trak":
-                t: dict[str, str] = {}
-                tracks.append(t)
-                walk(body, pos + size, t)
-            elif kind in (b"moov", b"mdia", b"minf", b"stbl"):
-                walk(body, pos + size, cur)
-            elif kind == b"hdlr" and cur is not None:
-                cur["handler"] = data[body + 8 : body + 12].decode("latin-1")
-            elif kind == b"stsd" and cur is not None and body + 16 <= pos + size:
-                cur["format"] = data[body + 12 : body + 16].decode("latin-1")
-            pos += size
 
-    walk(0, len(data), None)
-    return tracks
+def decode_audio_track(path: Path, rate: int = 16000) -> np.ndarray:
+    """The first audio stream of a media file (MP4, MOV, MKV, ... any codec FFmpeg decodes: PCM,
+    AAC, ...), decoded with PyAV and resampled to mono int16 at ``rate`` Hz. MediaError when the
+    file is unreadable, has no audio stream, fails to decode, or decodes shorter than it declares
+    (a truncated file whose index survived)."""
+    import av
+
+    try:
+        with av.open(str(path)) as box:
+            if not box.streams.audio:
+                kinds = ", ".join(sorted({s.type for s in box.streams})) or "none"
+                raise MediaError(f"the video has no audio stream (its streams: {kinds}): {path}")
+            stream = box.streams.audio[0]
+            known = stream.duration and stream.time_base
+            declared = float(stream.duration * stream.time_base) if known else None
+            resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+            parts = [
+                out.to_ndarray().reshape(-1)
+                for frame in box.decode(stream)
+                for out in resampler.resample(frame)
+            ]
+            parts += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
+    except av.FFmpegError as e:
+        raise MediaError(f"cannot decode the audio track (corrupt or truncated file): {path}: {e}") from e
+    samples = np.concatenate(parts).astype(np.int16) if parts else np.zeros(0, dtype=np.int16)
+    if samples.size == 0:
+        raise MediaError(f"the audio track decodes to no samples (corrupt or empty): {path}")
+    if declared is not None and samples.size / rate < declared - TRACK_SLACK_S:
+        raise MediaError(
+            f"the audio track is truncated: {samples.size / rate:.2f}s decoded of the {declared:.2f}s "
+            f"the file declares: {path}"
+        )
+    return samples

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,9 +16,10 @@ from orchestra.tools.media import (
     VideoInfo,
     check_file,
     cv_guard,
-    mp4_tracks,
+    decode_audio_track,
     output_path,
     read_video,
+    write_wav,
 )
 from orchestra.tools.ocr import OcrWord, find_text_box, read_text, tesseract_words
 from orchestra.tools.shapes import Shape
@@ -34,6 +33,7 @@ from orchestra.tools.tracking import (
 )
 
 MAX_FRAMES = 400
+EXTRACT_RATE = 16_000  # the audio tools' own rate: the world's tracks come out sample for sample
 FAST_FPS = 2.0  # fast mode: about two samples a second (the first and last frame included)
 #: OpenCV decoding/encoding outside cv_guard (VideoCapture, PNG encoding) may refuse odd input
 _FAILURES: FailureKinds = (*FILE_FAILURES, cv2.error)
@@ -224,17 +224,6 @@ def _schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": ["path"]}
 
 
-def _ffmpeg_extract(exe: str, src: Path, tmp: Path) -> subprocess.CompletedProcess[bytes]:
-    """Run ffmpeg to write ``src``'s audio track to ``tmp`` as 16 kHz mono 16-bit PCM WAV."""
-    cmd = [exe, "-nostdin", "-loglevel", "error", "-y", "-i", str(src), "-vn", "-ac", "1", "-ar", "16000"]
-    return subprocess.run(
-        [*cmd, "-acodec", "pcm_s16le", str(tmp)],
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-
-
 class VideoSampleFrames(Tool):
     """Save frames at chosen times as PNG files."""
 
@@ -407,14 +396,13 @@ class VideoText(Tool):
 
 
 class VideoExtractAudio(Tool):
-    """Extract a video's audio track to WAV (needs an audio stream and ffmpeg)."""
+    """Extract a video's audio track to a 16 kHz mono 16-bit WAV (PyAV, whose wheels carry FFmpeg)."""
 
     name: ClassVar[str] = "video_extract_audio"
     failure_kinds: ClassVar[FailureKinds] = _FAILURES
     description: ClassVar[str] = (
-        "Extract the audio track of a video to a 16 kHz mono WAV for the audio_* tools. Needs the file to "
-        "carry "
-        "an audio stream and the ffmpeg program; otherwise it says which is missing."
+        "Extract the audio track (sound) of a video to a 16 kHz mono WAV file for the audio_* tools. "
+        "Returns the WAV's path and duration; says so when the video has no audio track."
     )
     input_schema: ClassVar[dict[str, Any]] = _schema(
         {"out_path": {"type": "string", "description": "where to write the WAV (optional)"}}
@@ -422,31 +410,12 @@ class VideoExtractAudio(Tool):
 
     def run(self, path: str, out_path: str | None = None) -> Observation:
         src = check_file(path, "video")
-        read_video(src, max_frames=1)
-        with src.open("rb") as fh:
-            is_mp4 = fh.read(12)[4:8] == b"ftyp"
-        if is_mp4:
-            tracks = mp4_tracks(src)
-            if not any(t.get("handler") == "soun" for t in tracks):
-                kinds = ", ".join(sorted({t.get("handler", "?") for t in tracks})) or "none"
-                raise MediaError(f"the video has no audio stream (its tracks: {kinds}): {src}")
-        exe = shutil.which("ffmpeg")
-        if exe is None:
-            raise MediaError(
-                "the video has an audio stream but ffmpeg is not installed, so it cannot be decoded"
-            )
-        dest = output_path(src, "audio", ".wav", out_path)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.tmp.wav")
-        try:
-            proc = _ffmpeg_extract(exe, src, tmp)
-        except subprocess.TimeoutExpired as e:
-            tmp.unlink(missing_ok=True)
-            raise MediaError(f"ffmpeg did not finish extracting audio within {e.timeout:g}s") from e
-        if proc.returncode != 0 or not tmp.is_file():
-            tmp.unlink(missing_ok=True)
-            raise MediaError(f"ffmpeg could not extract audio: {proc.stderr.decode(errors='replace')[:300]}")
-        tmp.replace(dest)
+        read_video(src, max_frames=1)  # a decodable video first, as every video tool asks
+        samples = decode_audio_track(src, EXTRACT_RATE)
+        dest = write_wav(output_path(src, "audio", ".wav", out_path), samples, EXTRACT_RATE)
+        seconds = samples.size / EXTRACT_RATE
         return Observation(
-            tool=self.name, text=f"Extracted the audio track to {dest}", data={"out_path": str(dest)}
+            tool=self.name,
+            text=f"Extracted the {seconds:.2f}s audio track to {dest} (16 kHz mono WAV)",
+            data={"out_path": str(dest), "duration_s": round(seconds, 4), "sample_rate": EXTRACT_RATE},
         )

@@ -15,6 +15,9 @@ from orchestra.world import audio, image
 from orchestra.world.kb import Entity, KnowledgeBase
 from orchestra.world.perception import perceive
 
+#: the task type whose audio a ``video_audio_track: muxed`` world writes as its video's sound track
+MUXED_TYPE = "video w/ audio"
+
 
 @dataclass
 class Media:
@@ -57,6 +60,9 @@ class MediaWriter:
         self.records: list[dict[str, Any]] = []
         self._names: set[str] = set()
         self.task_id = ""
+        self.task_type = ""
+        self.muxed = params.video_audio_track == "muxed"
+        self._tracks: dict[str, np.ndarray] = {}  # muxed: audio held for its task's video, by media id
 
     def _name(self, rng: np.random.Generator, folder: str, ext: str) -> str:
         """An opaque file name: 12 rng-drawn consonants, so no number or (vowel-bearing) name fits in it."""
@@ -88,9 +94,31 @@ class MediaWriter:
         return self._record(rel, "image", truth)
 
     def audio(self, rng: np.random.Generator, samples: np.ndarray, truth: dict[str, Any]) -> Media:
-        rel = self._name(rng, "audios", "wav")
+        rel = self._name(rng, "audios", "wav")  # drawn in both forms: the rest of the world is the same
+        if self.muxed and self.task_type == MUXED_TYPE:  # no WAV: :meth:`mux` makes it the video's track
+            media = Media(f"audio_{Path(rel).stem}", rel, "audio", truth)
+            self._tracks[media.id] = samples
+            return media
         audio.save_wav(samples, self.root / rel)
         return self._record(rel, "audio", truth)
+
+    def mux(self, media: list[Media]) -> tuple[list[Media], dict[str, str]]:
+        """A task's media with its held audio muxed into its video (muxed ``video w/ audio``): the
+        video file gains the sound as a PCM track, its truth the audio's as ``audio_track``. Returns
+        the media left (the video alone) and audio id -> video id; unchanged when nothing is held."""
+        held = [m for m in media if m.id in self._tracks]
+        if not held:
+            return media, {}
+        videos = [m for m in media if m.modality == "video"]
+        if len(held) != 1 or len(videos) != 1:
+            raise WorldError(f"task {self.task_id}: muxing needs one video and one audio, got {len(media)}")
+        from orchestra.world.mux import mux_audio
+
+        sound, video = held[0], videos[0]
+        file = self.root / video.path
+        mux_audio(file, self._tracks.pop(sound.id), audio.SAMPLE_RATE, file)
+        video.truth["audio_track"] = sound.truth  # the same dict as the video's record's facts
+        return [m for m in media if m is not sound], {sound.id: video.id}
 
     def video(
         self,

@@ -10,13 +10,18 @@ from orchestra.errors import WorldError
 Truth = dict[str, Any]
 
 
-def _need(truth: Truth, kind: str) -> None:
-    if truth.get("kind") != kind:
-        raise WorldError(f"perception needs a {kind} media file, got {truth.get('kind')!r}")
+def _need(truth: Truth, kind: str) -> Truth:
+    """``truth`` when it is of ``kind``; a muxed video's ``audio_track`` when that is; else WorldError."""
+    if truth.get("kind") == kind:
+        return truth
+    track = truth.get("audio_track")
+    if truth.get("kind") == "video" and isinstance(track, dict) and track.get("kind") == kind:
+        return track
+    raise WorldError(f"perception needs a {kind} media file, got {truth.get('kind')!r}")
 
 
 def read_text(truth: Truth, **_: Any) -> str:
-    _need(truth, "sign")
+    truth = _need(truth, "sign")
     return str(truth["text"])
 
 
@@ -25,7 +30,7 @@ def read_number(truth: Truth, **_: Any) -> int:
 
 
 def count_shapes(truth: Truth, color: str | None = None, shape: str | None = None, **_: Any) -> int:
-    _need(truth, "shapes")
+    truth = _need(truth, "shapes")
     return sum(
         1
         for s in truth["shapes"]
@@ -34,29 +39,29 @@ def count_shapes(truth: Truth, color: str | None = None, shape: str | None = Non
 
 
 def chart_value(truth: Truth, label: str, **_: Any) -> int:
-    _need(truth, "chart")
+    truth = _need(truth, "chart")
     if label not in truth["labels"]:
         raise WorldError(f"chart has no label {label!r}")
     return int(truth["values"][truth["labels"].index(label)])
 
 
 def dtmf_number(truth: Truth, **_: Any) -> int:
-    _need(truth, "dtmf")
+    truth = _need(truth, "dtmf")
     return int(truth["digits"])
 
 
 def count_beeps(truth: Truth, **_: Any) -> int:
-    _need(truth, "beeps")
+    truth = _need(truth, "beeps")
     return len(truth["onsets_s"])
 
 
 def beep_pitch(truth: Truth, **_: Any) -> int:
-    _need(truth, "beeps")
+    truth = _need(truth, "beeps")
     return int(round(truth["freq_hz"] / 100.0)) * 100
 
 
 def morse_text(truth: Truth, **_: Any) -> str:
-    _need(truth, "morse")
+    truth = _need(truth, "morse")
     return str(truth["text"])
 
 
@@ -65,7 +70,7 @@ def morse_number(truth: Truth, **_: Any) -> int:
 
 
 def speech_number(truth: Truth, **_: Any) -> int:
-    _need(truth, "speech")
+    truth = _need(truth, "speech")
     return int(truth["text"])
 
 

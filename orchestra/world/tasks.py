@@ -232,7 +232,7 @@ def build_task(w: MediaWriter, rng: np.random.Generator, task_id: str, task_type
     names = list(weights)
     first = names[int(rng.choice(len(names), p=np.array(list(weights.values())) / sum(weights.values())))]
     order = [first] + [n for n in names if n != first]
-    w.task_id = task_id
+    w.task_id, w.task_type = task_id, task_type
     for name in order:
         p = _Program(w.kb)
         try:
@@ -240,7 +240,14 @@ def build_task(w: MediaWriter, rng: np.random.Generator, task_id: str, task_type
         except _Skip:
             continue
         answer = format_value(p.env[out])
-        media = sorted(p.media, key=lambda m: TASK_TYPES[task_type].index(m.modality))
+        kept, moved = w.mux(p.media)  # muxed video w/ audio: the audio steps read the video's track
+        steps = [
+            s.model_copy(update={"input_id": moved[s.input_id]})
+            if isinstance(s, PerceiveStep) and s.input_id in moved
+            else s
+            for s in p.steps
+        ]
+        media = sorted(kept, key=lambda m: TASK_TYPES[task_type].index(m.modality))
         return Task(
             id=task_id,
             question=question,
@@ -254,6 +261,6 @@ def build_task(w: MediaWriter, rng: np.random.Generator, task_id: str, task_type
             required_external_tools=p.tools,
             task_type=task_type,
             category=category,
-            solution_program=p.steps,
+            solution_program=steps,
         )
     raise WorldError(f"no template fits {task_type!r} / {category!r}")  # pragma: no cover - num_* always fit
