@@ -276,7 +276,8 @@ class MediaWriter:
             ]
         if how == "speech":
             v = value if value is not None else int(rng.integers(10, 1000))
-            m = self.audio(rng, *audio.render_speech(rng, str(v), self.params.noise.draw(rng, "audio")))
+            level = self.params.noise.draw(rng, "audio")
+            m = self.audio(rng, *audio.render_speech(rng, v, level, year=kind == "year"))
             return [
                 Fact(m, "speech_number", {}, kind, f"the {noun} spoken in the audio", "Transcribe the speech")
             ]
