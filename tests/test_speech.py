@@ -16,11 +16,11 @@ from orchestra.world.speech import WORLD_LANGS, WORLD_VARIANTS, number_words, ye
 
 needs_espeak = pytest.mark.skipif(not audio.speech_available(), reason="espeak-ng is not installed")
 SPEECH_WORLD = WorldParams(
-    seed=5,
-    n_seeds=14,
+    seed=6,
+    n_seeds=16,
     n_entities=40,
     speech=True,
-    task_mix={"audio": 1, "image": 0, "image_audio": 0, "video_audio": 0},
+    task_mix={"audio": 1, "image": 0, "image_audio": 1, "video_audio": 0},
 )
 
 
@@ -99,3 +99,102 @@ def test_speech_world_has_spoken_numbers_and_same_params_give_same_bytes(
 
 def test_speech_is_off_by_default() -> None:
     assert WorldParams().speech is False
+
+
+# --- the embedded speech tool ---------------------------------------------------------------------
+
+
+@needs_espeak
+def test_speech_tool_reads_clean_numbers_and_years(tmp_path: Path) -> None:
+    """Clean speech (level 0, held-out world voices) is read exactly, with its words and their times."""
+    from orchestra.tools.speech import TEMPLATE_VOICES, AudioSpeech
+
+    tool = AudioSpeech()
+    read = []
+    for i, (value, year) in enumerate(((412, False), (1984, True), (70, False), (2007, True))):
+        x, truth = audio.render_speech(np.random.default_rng([11, i]), value, 0.0, year=year)
+        assert truth["voice"] not in TEMPLATE_VOICES
+        path = tmp_path / f"{i}.wav"
+        audio.save_wav(x, path)
+        obs = tool(path=str(path))
+        assert obs.ok, obs.error
+        read.append((obs.data["words"] == truth["words"], obs.data["number"] == value))
+        seg = obs.data["segments"]
+        assert [s["word"] for s in seg] == obs.data["words"] and all(s["end"] > s["start"] for s in seg)
+        assert truth["onset_s"] - 0.1 <= seg[0]["start"] and seg[-1]["end"] <= truth["duration_s"]
+    assert sum(n for _, n in read) >= 3, read
+
+
+def test_speech_tool_fails_clearly_on_bad_audio(tmp_path: Path) -> None:
+    from orchestra.tools.speech import AudioSpeech
+
+    silent, corrupt, rate = tmp_path / "silent.wav", tmp_path / "corrupt.wav", tmp_path / "8k.wav"
+    audio.save_wav(np.zeros(16000, dtype=np.int16), silent)
+    corrupt.write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunkjunk")
+    import wave
+
+    with wave.open(str(rate), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(8000), w.writeframes(b"\x01\x00" * 8000)
+    tool = AudioSpeech()
+    for path, reason in (
+        (silent, "silent"),
+        (corrupt, "WAV"),
+        (rate, "16 kHz"),
+        (tmp_path / "no.wav", "not found"),
+    ):
+        obs = tool(path=str(path))
+        assert not obs.ok and "MediaError" in (obs.error or "") and reason in (obs.error or ""), obs.error
+
+
+@needs_espeak
+def test_noise_alone_is_no_number(tmp_path: Path) -> None:
+    from orchestra.tools.speech import AudioSpeech
+
+    path = tmp_path / "noise.wav"
+    noise = np.random.default_rng(0).normal(0, 3000, 32000)
+    audio.save_wav(np.clip(noise, -32768, 32767).astype(np.int16), path)
+    obs = AudioSpeech()(path=str(path))
+    assert not obs.ok and "MediaError" in (obs.error or "")
+
+
+# --- the oracle answers speech tasks with the tool -------------------------------------------------
+
+
+@needs_espeak
+def test_oracle_answers_speech_tasks_with_the_speech_tool(speech_world: Path) -> None:
+    """The builtin experts read the spoken numbers with audio_speech (never the truth): most speech
+    tasks answered right, and every wrong answer comes from a misheard number."""
+    from orchestra.agent.policies import oracle_for
+    from orchestra.agent.systems import Environment, builtin_backends, evidence_of, run_task_sync
+    from orchestra.config import AgentParams
+    from orchestra.schemas import PerceiveStep, read_tasks_json
+    from orchestra.tools.registry import default_registry
+
+    tasks = [
+        t
+        for t in read_tasks_json(speech_world / "tasks.json")
+        if any(
+            isinstance(s, PerceiveStep) and s.perception == "speech_number" for s in t.solution_program or []
+        )
+    ]
+    assert len(tasks) >= 3
+    agent = AgentParams()
+    with default_registry(speech_world) as tools:
+        env = Environment(
+            tools=tools, backends=builtin_backends(agent), agent=agent, media_root=speech_world / "media"
+        )
+        right = 0
+        for task in tasks:
+            traj = run_task_sync(task, "orchestra", oracle_for(task, "orchestra", env.agent), env)
+            used = {c.tool for e in evidence_of(traj) for c in e.tool_calls}
+            assert "audio_speech" in used, (task.id, used)
+            if traj.answer == task.answer:
+                right += 1
+                continue
+            heard = [
+                e.value
+                for s, e in zip(task.solution_program or [], evidence_of(traj), strict=False)
+                if isinstance(s, PerceiveStep) and s.perception == "speech_number"
+            ]
+            assert heard and all(str(v) != task.answer for v in heard), (task.id, used)
+    assert right / len(tasks) >= 0.6, (right, len(tasks))

@@ -26,6 +26,7 @@ PERCEPTION_TOOLS: tuple[str, ...] = (
     "orchestra.tools.audio:AudioTones",
     "orchestra.tools.audio:AudioMorse",
     "orchestra.tools.audio:AudioSegment",
+    "orchestra.tools.speech:AudioSpeech",
     "orchestra.tools.video:VideoSampleFrames",
     "orchestra.tools.video:VideoEvents",
     "orchestra.tools.video:VideoText",

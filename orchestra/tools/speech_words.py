@@ -43,7 +43,8 @@ VOCABULARY: tuple[str, ...] = tuple(CLASSES)
 
 def _nfa() -> tuple[dict[str, dict[str, set[str]]], frozenset[str]]:
     """States and accepting states of cardinals 0..999,999 ("and" optional after hundred/thousand)
-    and years said in pairs (nineteen eighty four, nineteen oh five, nineteen hundred)."""
+    and years 1000..2099 said in pairs (nineteen eighty four, nineteen oh five, nineteen hundred).
+    Arcs are keyed by word class, or by a word where only that word fits."""
     arcs: dict[str, dict[str, set[str]]] = {}
     accept: set[str] = set()
 
@@ -75,11 +76,10 @@ def _nfa() -> tuple[dict[str, dict[str, set[str]]], frozenset[str]]:
                 arc(d, "K", "k")
     accept.add("k")
     arc("k", "A", "ka")
-    # years: a pair of two-digit groups, the first >= 10
+    # years 1000..2099: a pair of two-digit groups, the first ten..twenty (an arc may name a word)
     arc("s", "E", "y1")
-    arc("s", "T", "y1t")
-    arc("y1t", "U", "y1")
-    for a in ("y1", "y1t"):
+    arc("s", "twenty", "y1")
+    for a in ("y1",):
         arc(a, "H", "y_end")
         arc(a, "O", "y_oh")
         arc(a, "E", "y_end")
@@ -97,7 +97,7 @@ START: frozenset[str] = frozenset({"s"})
 def advance(states: frozenset[str], word: str) -> frozenset[str]:
     """The NFA states after ``word`` (empty: no number starts with these words)."""
     cls = CLASSES[word]
-    return frozenset(b for a in states for b in ARCS.get(a, {}).get(cls, ()))
+    return frozenset(b for a in states for key in (cls, word) for b in ARCS.get(a, {}).get(key, ()))
 
 
 def accepts(states: Iterable[str]) -> bool:
