@@ -109,6 +109,8 @@ def test_speech_tool_reads_clean_numbers_and_years(tmp_path: Path) -> None:
     """Clean speech (level 0, held-out world voices) is read exactly, with its words and their times."""
     from orchestra.tools.speech import TEMPLATE_VOICES, AudioSpeech
 
+    world_voices = {lang + var for lang in WORLD_LANGS for var in WORLD_VARIANTS}
+    assert not world_voices & set(TEMPLATE_VOICES)  # the templates hold every world speaker out
     tool = AudioSpeech()
     read = []
     for i, (value, year) in enumerate(((412, False), (1984, True), (70, False), (2007, True))):
