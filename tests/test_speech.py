@@ -200,3 +200,113 @@ def test_oracle_answers_speech_tasks_with_the_speech_tool(speech_world: Path) ->
             ]
             assert heard and all(str(v) != task.answer for v in heard), (task.id, used)
     assert right / len(tasks) >= 0.6, (right, len(tasks))
+
+
+# --- the production path: an OpenAI-compatible transcription endpoint ----------------------------
+
+
+@pytest.fixture(scope="module")
+def spoken_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean held-out speaker saying 412 (the recogniser reads it: see the clean test)."""
+    path = tmp_path_factory.mktemp("spoken") / "412.wav"
+    audio.save_wav(audio.render_speech(np.random.default_rng([11, 0]), 412, 0.0)[0], path)
+    return path
+
+
+@needs_espeak
+def test_orchestra_serve_transcribes_for_our_client_and_the_openai_client(spoken_wav: Path) -> None:
+    """`orchestra serve`'s /v1/audio/transcriptions answers the tools.speech openai backend (through the
+    tool registry) and the official client's ``audio.transcriptions.create`` on loopback."""
+    import openai
+
+    from orchestra.agent.serve import ScriptedResponder, start_server
+    from orchestra.config import ToolParams
+    from orchestra.tools.registry import default_registry
+    from orchestra.tools.speech_openai import OpenAISpeech
+
+    with start_server(ScriptedResponder([])) as srv:
+        params = ToolParams(speech={"backend": "openai", "base_url": srv.url, "model": "orchestra-speech"})
+        with default_registry(None, params) as tools:
+            tool = tools.get("audio_speech")
+            assert isinstance(tool, OpenAISpeech)
+            obs = tool(path=str(spoken_wav))
+        assert obs.ok and obs.data["number"] == 412 and obs.data["text"] == "four hundred twelve", obs
+        client = openai.OpenAI(base_url=srv.url, api_key="none", max_retries=0, timeout=30)
+        with spoken_wav.open("rb") as f:
+            got = client.audio.transcriptions.create(model="orchestra-speech", file=f)
+        assert got.text == "four hundred twelve"
+        with spoken_wav.open("rb") as f:
+            plain = client.audio.transcriptions.create(model="m", file=f, response_format="text")
+        assert str(plain).strip() == "four hundred twelve"
+        bad = spoken_wav.parent / "noise.wav"
+        bad.write_bytes(spoken_wav.read_bytes()[:44] + bytes(32000))  # a WAV of silence
+        with bad.open("rb") as f, pytest.raises(openai.BadRequestError, match="silent"):
+            client.audio.transcriptions.create(model="m", file=f)
+
+
+def test_transcripts_in_digits_or_words_become_numbers() -> None:
+    from orchestra.errors import ReplyError
+    from orchestra.tools.speech_openai import text_to_number
+
+    assert text_to_number(" 412.")[1] == 412 and text_to_number("1,984")[1] == 1984
+    assert text_to_number("Four hundred and twelve.")[1] == 412
+    assert text_to_number("Nineteen o-five")[1] == 1905 and text_to_number("twenty-three")[1] == 23
+    with pytest.raises(ReplyError):
+        text_to_number("Hello there.")
+
+
+def test_openai_speech_turns_http_errors_timeouts_and_bad_replies_into_failed_observations(
+    loopback, spoken_wav: Path, tmp_path: Path
+) -> None:
+    from http.server import BaseHTTPRequestHandler
+
+    from orchestra.tools.speech_openai import OpenAISpeech
+
+    seen: list[bytes] = []
+
+    def handler(status: int, body: bytes, delay: float = 0.0) -> type[BaseHTTPRequestHandler]:
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                seen.append(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append(self.headers["Content-Type"].encode() + b" " + self.path.encode())
+                import time
+
+                time.sleep(delay)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return H
+
+    def run(h: type[BaseHTTPRequestHandler], timeout: float = 5.0, path: Path = spoken_wav) -> object:
+        port = loopback(h)
+        return OpenAISpeech(f"http://127.0.0.1:{port}/v1", "whisper-1", timeout_s=timeout)(path=str(path))
+
+    ok = run(handler(200, b'{"text": "Nineteen eighty-four."}'))
+    assert ok.ok and ok.data["number"] == 1984
+    assert b'name="model"\r\n\r\nwhisper-1' in seen[0] and b'filename="412.wav"' in seen[0]
+    assert seen[1].startswith(b"multipart/form-data; boundary=") and seen[1].endswith(
+        b"/v1/audio/transcriptions"
+    )
+    for h, why in (
+        (handler(500, b'{"error": {"message": "model overloaded"}}'), "HTTP 500"),
+        (handler(200, b"<html>"), "no JSON"),
+        (handler(200, b'{"txt": "412"}'), "no 'text'"),
+        (handler(200, b'{"text": "no idea"}'), "says no number"),
+        (handler(200, b'{"text": "412"}', delay=2.0), "timed out"),
+    ):
+        obs = run(h, timeout=0.5)
+        assert not obs.ok and why in (obs.error or ""), (why, obs.error)
+    sent = len(seen)
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF0000WAVEjunk")
+    obs = run(handler(200, b'{"text": "412"}'), path=corrupt)
+    assert not obs.ok and "MediaError" in (obs.error or "") and len(seen) == sent  # never uploaded
+    with pytest.raises(ValueError, match="base_url and model"):
+        from orchestra.config import ToolParams
+
+        ToolParams(speech={"backend": "openai"})
