@@ -30,8 +30,7 @@ def tasks(small_world: Path) -> list[Task]:
 def test_every_world_perception_has_a_builtin_expert(tasks: list[Task]) -> None:
     from orchestra.world.perception import PERCEPTIONS as WORLD
 
-    # speech_number needs `world.speech: true` and a speech recogniser tool, which the default tools lack
-    missing = sorted(set(WORLD) - set(PERCEPTIONS) - {"speech_number"})
+    missing = sorted(set(WORLD) - set(PERCEPTIONS))
     assert missing == [], f"world perceptions without a builtin expert: {missing}"
     tool_names = set(default_registry(None).names())
     assert {s.tool for s in PERCEPTIONS.values()} <= tool_names

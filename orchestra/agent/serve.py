@@ -1,4 +1,5 @@
-"""A loopback OpenAI-compatible server (`/v1/models`, `/v1/chat/completions`): a local model or a script.
+"""A loopback OpenAI-compatible server (`/v1/models`, `/v1/chat/completions`: a local model or a script;
+`/v1/audio/transcriptions`: the embedded speech recogniser).
 
 Responders:
 
@@ -14,7 +15,10 @@ A request with ``"stream": true`` gets the finished reply as OpenAI server-sent 
 (``text/event-stream``, chunked): a role chunk, the content in word pieces, each tool call (id and name,
 then its arguments), a ``finish_reason`` chunk, a usage chunk when ``stream_options.include_usage`` is
 true, then ``data: [DONE]``. Errors and ``raw`` replies are never streamed: they keep their status and
-body. :func:`stop_on_signals` makes SIGTERM and SIGINT stop a server blocked in :meth:`Server.wait`.
+body. ``POST /v1/audio/transcriptions`` (multipart form data: ``file``, ``model``, optional
+``response_format`` json | text) answers ``{"text": ...}`` from :class:`orchestra.tools.speech.AudioSpeech`;
+audio it cannot read is HTTP 400 with the reason. :func:`stop_on_signals` makes SIGTERM and SIGINT stop
+a server blocked in :meth:`Server.wait`.
 """
 
 from __future__ import annotations
@@ -183,6 +187,40 @@ class ModelResponder:
         return _completion(self.model, request, res.content, [])
 
 
+def _form(content_type: str, body: bytes) -> dict[str, bytes]:
+    """The fields of a multipart/form-data body (name -> bytes)."""
+    import email.parser
+    import email.policy
+
+    if not content_type.startswith("multipart/form-data"):
+        raise ServeError(f"expected multipart/form-data, got {content_type or 'no Content-Type'!r}")
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode()
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    fields = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            fields[str(name)] = part.get_payload(decode=True) or b""
+    if "file" not in fields:
+        raise ServeError(f"the form has no 'file' field (fields: {sorted(fields) or 'none'})")
+    return fields
+
+
+def transcribe_wav(data: bytes) -> str:
+    """The embedded recogniser's words for a WAV file's bytes."""
+    import tempfile
+
+    from orchestra.tools.speech import AudioSpeech
+
+    with tempfile.TemporaryDirectory(prefix="orchestra-transcribe-") as tmp:
+        path = Path(tmp) / "audio.wav"
+        path.write_bytes(data)
+        obs = AudioSpeech()(path=str(path))
+    if not obs.ok:
+        raise ServeError(obs.error or "the speech tool failed")
+    return str(obs.data["text"])
+
+
 def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -231,9 +269,27 @@ def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(_error(404, "not found"))
 
+        def _transcribe(self, raw: bytes) -> None:
+            try:
+                fields = _form(self.headers.get("Content-Type", ""), raw)
+                text = transcribe_wav(fields["file"])
+            except (ServeError, KeyError) as e:
+                self._send(_error(400, f"bad request: {e}"))
+                return
+            except OrchestraError as e:
+                self._send(_error(400, f"cannot transcribe the audio: {e}"))
+                return
+            if fields.get("response_format", b"json") == b"text":
+                self._send(Reply(200, text.encode()))
+            else:
+                self._send(Reply(200, json.dumps({"text": text}).encode()))
+
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            if self.path.rstrip("/") == "/v1/audio/transcriptions":
+                self._transcribe(raw)
+                return
             if self.path.rstrip("/") != "/v1/chat/completions":
                 self._send(_error(404, "not found"))
                 return

@@ -53,6 +53,10 @@ def _dtmf(data: Mapping[str, Any], _: Mapping[str, Any]) -> int:
     return _int(_need(data, "digits"), "the DTMF key sequence")
 
 
+def _spoken(data: Mapping[str, Any], _: Mapping[str, Any]) -> int:
+    return _int(_need(data, "number"), "the spoken number")
+
+
 def _count(data: Mapping[str, Any], _: Mapping[str, Any]) -> int:
     return int(_need(data, "count"))
 
@@ -241,6 +245,11 @@ PERCEPTIONS: dict[str, PerceptionSpec] = _perceptions(
     PerceptionSpec("morse_text", "decode the morse text", "audio", "audio_signal", "audio_morse", _text),
     PerceptionSpec(
         "morse_number", "decode the morse number", "audio", "audio_signal", "audio_morse", _number
+    ),
+    # speech runs on the audio experts (skill audio_signal): a separate skill would change routing and
+    # the expert pool of worlds without speech, whose numbers must not move
+    PerceptionSpec(
+        "speech_number", "transcribe the spoken number", "audio", "audio_signal", "audio_speech", _spoken
     ),
     PerceptionSpec("read_text", "read the text in the image", "image", "ocr", "image_ocr", _text),
     PerceptionSpec("read_number", "read the number in the image", "image", "ocr", "image_ocr", _number),

@@ -149,6 +149,25 @@ class SearchToolParams(_Section):
     default_k: int = Field(5, ge=1, le=20, description="results per query when the caller gives no k")
 
 
+class SpeechToolParams(_Section):
+    """audio_speech: the embedded template recogniser, or an OpenAI-compatible transcription endpoint."""
+
+    backend: Literal["builtin", "openai"] = Field(
+        "builtin",
+        description="builtin = MFCC/DTW number recogniser; openai = POST {base_url}/audio/transcriptions",
+    )
+    base_url: str | None = Field(None, description="openai: endpoint, e.g. http://localhost:8000/v1")
+    model: str | None = Field(None, description="openai: model name, e.g. whisper-1")
+    api_key_env: str | None = Field(None, description="openai: environment variable with the API key")
+    timeout_s: float = Field(60.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _needs(self) -> SpeechToolParams:
+        if self.backend == "openai" and not (self.base_url and self.model):
+            raise ValueError("tools.speech.backend 'openai' needs base_url and model")
+        return self
+
+
 class BrowserToolParams(_Section):
     """page_browser: live fetching is off by default; the world's pages are always readable."""
 
@@ -179,6 +198,7 @@ class ToolParams(_Section):
     """Configuration of the action tools, the perception workers and the perception cache."""
 
     search: SearchToolParams = SearchToolParams()
+    speech: SpeechToolParams = SpeechToolParams()
     browser: BrowserToolParams = BrowserToolParams()
     sandbox: SandboxToolParams = SandboxToolParams()
     workers: int | None = Field(

@@ -26,6 +26,7 @@ PERCEPTION_TOOLS: tuple[str, ...] = (
     "orchestra.tools.audio:AudioTones",
     "orchestra.tools.audio:AudioMorse",
     "orchestra.tools.audio:AudioSegment",
+    "orchestra.tools.speech:AudioSpeech",
     "orchestra.tools.video:VideoSampleFrames",
     "orchestra.tools.video:VideoEvents",
     "orchestra.tools.video:VideoText",
@@ -120,6 +121,16 @@ def action_tools(pages: PageStore, params: ToolParams) -> list[Tool]:
     ]
 
 
+def openai_speech(params: ToolParams) -> Tool:
+    """audio_speech on the OpenAI-compatible transcription endpoint ``params.speech`` names."""
+    from orchestra.tools.speech_openai import OpenAISpeech
+
+    sp = params.speech
+    if sp.base_url is None or sp.model is None:
+        raise ToolError("tools.speech.backend 'openai' needs base_url and model")
+    return OpenAISpeech(sp.base_url, sp.model, sp.api_key_env, sp.timeout_s)
+
+
 def default_registry(
     world_dir: Path | None = None, params: ToolParams | None = None, cache: PerceptionCache | None = None
 ) -> ToolRegistry:
@@ -141,6 +152,9 @@ def registry_for_pages(
     registry = ToolRegistry()
     for spec in PERCEPTION_TOOLS:
         cls = load_tool_class(spec)
+        if cls.name == "audio_speech" and params.speech.backend == "openai":
+            registry.register(openai_speech(params))  # a network client: runs in the calling thread
+            continue
         try:
             tool = cls()
         except TypeError as e:

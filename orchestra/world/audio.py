@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
-import subprocess
 import wave
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,17 @@ import numpy as np
 
 from orchestra.errors import WorldError
 from orchestra.io import atomic_write_bytes
+from orchestra.world.speech import (
+    BRITISH,
+    espeak,
+    number_words,
+    resample,
+    speaker,
+    year_words,
+)
+from orchestra.world.speech import (
+    speech_available as speech_available,  # re-exported: callers ask the audio module
+)
 
 SAMPLE_RATE = 16_000
 DTMF_ROWS = (697, 770, 852, 941)
@@ -89,10 +98,12 @@ def _assemble(
     noise: float,
     hums: tuple[tuple[float, ...], ...],
     amp: float,
+    noise_std: float | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Place (onset_s, samples) parts on a silent track of ``end_s`` seconds and degrade it the way a
     real recording is: with probability level / 2 a steady interfering tone (one of ``hums``, at 15-55 %
-    of ``amp``), white noise of std 0.3 * noise, and a recording gain of 0 to -24 * level dB."""
+    of ``amp``), white noise of std 0.3 * noise (or ``noise_std``), and a recording gain of 0 to
+    -24 * level dB."""
     lv = _level(noise)
     track = np.zeros(int(round(end_s * SAMPLE_RATE)), dtype=np.float64)
     for onset, x in parts:
@@ -104,7 +115,7 @@ def _assemble(
         t = np.arange(len(track)) / SAMPLE_RATE
         h_amp = amp * float(rng.uniform(0.15, 0.55))
         track += h_amp * sum(np.sin(2 * np.pi * f * t + rng.uniform(0, 2 * np.pi)) for f in hum) / len(hum)
-    std = 0.3 * noise
+    std = 0.3 * noise if noise_std is None else noise_std
     if std > 0:
         track += rng.normal(0.0, std, len(track))
     gain_db = -float(rng.uniform(0.0, 24.0 * lv))
@@ -256,41 +267,47 @@ def render_morse(
     return x, truth
 
 
-def speech_available() -> bool:
-    return shutil.which("espeak-ng") is not None
-
-
-def render_speech(rng: np.random.Generator, text: str, noise: float) -> tuple[np.ndarray, dict[str, Any]]:
-    """``text`` spoken by espeak-ng (if installed), resampled to 16 kHz."""
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise WorldError("espeak-ng is not installed; speech rendering is unavailable")
-    speed = int(rng.integers(130, 170))
+def render_speech(
+    rng: np.random.Generator, value: int | str, noise: float, year: bool = False
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The number (or, with ``year``, the year) ``value`` said in English words by espeak-ng: a seeded
+    speaker (voice, 120-180 words per minute, a 60-150 ms pause between words) at peak 0.3-0.6.
+    A higher level means white noise at a lower SNR (36 - 20 * level dB against the speech's RMS),
+    maybe mains hum, and a lower recording gain. The truth lists the words spoken."""
     try:
-        out = subprocess.run(
-            [exe, "-v", "en", "-s", str(speed), "--stdout", text], check=True, capture_output=True, timeout=30
-        ).stdout
-        with wave.open(io.BytesIO(out)) as w:
-            rate, raw = w.getframerate(), w.readframes(w.getnframes())
-    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
-        raise WorldError(f"espeak-ng failed on {text!r}: {e}") from e
-    src = np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0
-    n = int(round(len(src) * SAMPLE_RATE / rate))
-    speech = np.interp(np.arange(n) * rate / SAMPLE_RATE, np.arange(len(src)), src)
+        n = int(value)
+    except ValueError as e:
+        raise WorldError(f"cannot speak {value!r}: not a whole number") from e
+    who = speaker(rng)
+    british = who["lang"] in BRITISH
+    words = year_words(n, british) if year else number_words(n, british)
+    raw, rate = espeak(" ".join(words), who["voice"], who["speed_wpm"], who["word_gap_10ms"])
+    x = resample(raw, rate, SAMPLE_RATE)
+    amp = float(rng.uniform(0.3, 0.6))
+    x *= amp / float(np.max(np.abs(x)))
+    active = x[np.abs(x) > 0.02 * amp]
+    rms = float(np.sqrt(np.mean(active**2)))
+    snr_db = 36.0 - 20.0 * _level(noise)
     start = _r(rng.uniform(0.2, 0.5))
-    end = _r(start + n / SAMPLE_RATE + 0.3)
-    x, deg = _assemble(rng, [(start, speech)], end, noise, (), 0.3)
+    end = _r(start + len(x) / SAMPLE_RATE + 0.3)
+    hums = ((50.0, 150.0), (60.0, 180.0))
+    out, deg = _assemble(rng, [(start, x)], end, noise, hums, 0.3 * amp, noise_std=rms * 10 ** (-snr_db / 20))
     truth = {
         "kind": "speech",
-        "text": text,
-        "speed_wpm": speed,
+        "text": str(n),
+        "words": words,
+        "year": year,
+        "voice": who["voice"],
+        "speed_wpm": who["speed_wpm"],
+        "word_gap_ms": who["word_gap_10ms"] * 10,
         "onset_s": start,
         "sample_rate": SAMPLE_RATE,
         "duration_s": end,
         "level": round(float(noise), 4),
+        "snr_db": round(snr_db, 2),
         **deg,
     }
-    return x, truth
+    return out, truth
 
 
 def wav_bytes(samples: np.ndarray) -> bytes:

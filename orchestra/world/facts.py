@@ -46,6 +46,8 @@ class Fact:
 
 
 _STEM_LETTERS = "bcdfghjkmnpqrstvwxz"
+#: in a speech world, the share of audio numbers and years that are spoken (the rest: the other producers)
+SPEECH_SHARE = 0.5
 
 
 def _a(phrase: str) -> str:
@@ -210,7 +212,10 @@ class MediaWriter:
             choices = [c for c in choices if c != "speech"]
         if not choices:
             raise WorldError(f"no producer for {n} {kind} fact(s) from {modality}")
-        how = choices[int(rng.integers(len(choices)))]
+        if self.speech and "speech" in choices and rng.random() < SPEECH_SHARE:
+            how = "speech"  # OmniGAIA's audio is mostly speech; drawn only in speech worlds
+        else:
+            how = choices[int(rng.integers(len(choices)))]
         if how == "sign":
             v = value if value is not None else int(rng.integers(10, 10000))
             m = self.image(rng, *image.render_sign(rng, str(v), self.params.noise.draw(rng, "image")))
@@ -304,7 +309,8 @@ class MediaWriter:
             ]
         if how == "speech":
             v = value if value is not None else int(rng.integers(10, 1000))
-            m = self.audio(rng, *audio.render_speech(rng, str(v), self.params.noise.draw(rng, "audio")))
+            level = self.params.noise.draw(rng, "audio")
+            m = self.audio(rng, *audio.render_speech(rng, v, level, year=kind == "year"))
             return [
                 Fact(m, "speech_number", {}, kind, f"the {noun} spoken in the audio", "Transcribe the speech")
             ]

@@ -1,0 +1,312 @@
+"""Speech: spoken numbers in the world (espeak-ng), the embedded template recogniser, and its answers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestra.config import WorldParams
+from orchestra.errors import ToolError, WorldError
+from orchestra.world import audio, generate_world
+from orchestra.world.speech import WORLD_LANGS, WORLD_VARIANTS, number_words, year_words
+
+needs_espeak = pytest.mark.skipif(not audio.speech_available(), reason="espeak-ng is not installed")
+SPEECH_WORLD = WorldParams(
+    seed=6,
+    n_seeds=16,
+    n_entities=40,
+    speech=True,
+    task_mix={"audio": 1, "image": 0, "image_audio": 1, "video_audio": 0},
+)
+
+
+def test_number_and_year_words() -> None:
+    assert number_words(412) == ["four", "hundred", "twelve"]
+    assert number_words(412, british=True) == ["four", "hundred", "and", "twelve"]
+    assert number_words(20_019, british=True) == ["twenty", "thousand", "and", "nineteen"]
+    assert year_words(1984) == ["nineteen", "eighty", "four"]
+    assert year_words(1905) == ["nineteen", "oh", "five"]
+    assert year_words(1900) == ["nineteen", "hundred"]
+    assert year_words(2007, british=True) == ["two", "thousand", "and", "seven"]
+    assert year_words(2010) == ["twenty", "ten"]
+    with pytest.raises(WorldError):
+        number_words(1_000_000)
+    with pytest.raises(WorldError):
+        year_words(999)
+
+
+def test_words_to_number_inverts_the_world_for_every_year_and_many_numbers() -> None:
+    from orchestra.tools.speech_words import words_to_number
+
+    for n in [*range(0, 2100), *range(2100, 1_000_000, 7919)]:
+        for british in (False, True):
+            assert words_to_number(number_words(n, british)) == n
+    for y in range(1000, 2100):
+        for british in (False, True):
+            assert words_to_number(year_words(y, british)) == y
+    for bad in (["hundred"], ["four", "four"], ["five", "twenty"], ["and"], ["oh", "five"], ["banana"]):
+        with pytest.raises(ToolError):
+            words_to_number(bad)
+
+
+@needs_espeak
+def test_render_speech_is_seeded_and_records_what_was_said() -> None:
+    a, ta = audio.render_speech(np.random.default_rng(3), 1905, 0.5, year=True)
+    b, tb = audio.render_speech(np.random.default_rng(3), 1905, 0.5, year=True)
+    assert a.tobytes() == b.tobytes() and ta == tb
+    assert ta["text"] == "1905" and ta["words"] == ["nineteen", "oh", "five"]
+    lang = next(lang for lang in sorted(WORLD_LANGS, key=len, reverse=True) if ta["voice"].startswith(lang))
+    assert ta["voice"][len(lang) :] in WORLD_VARIANTS
+    assert ta["snr_db"] == pytest.approx(36 - 20 * 0.5)
+    voices = {audio.render_speech(np.random.default_rng(s), 7, 0.0)[1]["voice"] for s in range(12)}
+    assert len(voices) >= 4  # the seeded rng picks among several speakers
+    with pytest.raises(WorldError):
+        audio.render_speech(np.random.default_rng(0), "12a", 0.0)
+
+
+@pytest.fixture(scope="module")
+def speech_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("speech_world")
+    generate_world(SPEECH_WORLD, out)
+    return out
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+@needs_espeak
+def test_speech_world_has_spoken_numbers_and_same_params_give_same_bytes(
+    speech_world: Path, tmp_path: Path
+) -> None:
+    media = [json.loads(line) for line in (speech_world / "truth" / "media.jsonl").read_text().splitlines()]
+    spoken = [m for m in media if m["kind"] == "speech"]
+    assert spoken, "a speech world has speech tasks"
+    for m in spoken:
+        f = m["facts"]
+        said = year_words(int(f["text"]), "and" in f["words"]) if f["year"] else None
+        assert f["words"] == (said or number_words(int(f["text"]), "and" in f["words"]))
+    generate_world(SPEECH_WORLD, tmp_path)
+    assert _digest(tmp_path) == _digest(speech_world)
+
+
+def test_speech_is_off_by_default() -> None:
+    assert WorldParams().speech is False
+
+
+# --- the embedded speech tool ---------------------------------------------------------------------
+
+
+@needs_espeak
+def test_speech_tool_reads_clean_numbers_and_years(tmp_path: Path) -> None:
+    """Clean speech (level 0, held-out world voices) is read exactly, with its words and their times."""
+    from orchestra.tools.speech import TEMPLATE_VOICES, AudioSpeech
+
+    world_voices = {lang + var for lang in WORLD_LANGS for var in WORLD_VARIANTS}
+    assert not world_voices & set(TEMPLATE_VOICES)  # the templates hold every world speaker out
+    tool = AudioSpeech()
+    read = []
+    for i, (value, year) in enumerate(((412, False), (1984, True), (70, False), (2007, True))):
+        x, truth = audio.render_speech(np.random.default_rng([11, i]), value, 0.0, year=year)
+        assert truth["voice"] not in TEMPLATE_VOICES
+        path = tmp_path / f"{i}.wav"
+        audio.save_wav(x, path)
+        obs = tool(path=str(path))
+        assert obs.ok, obs.error
+        read.append((obs.data["words"] == truth["words"], obs.data["number"] == value))
+        seg = obs.data["segments"]
+        assert [s["word"] for s in seg] == obs.data["words"] and all(s["end"] > s["start"] for s in seg)
+        assert truth["onset_s"] - 0.1 <= seg[0]["start"] and seg[-1]["end"] <= truth["duration_s"]
+    assert sum(n for _, n in read) >= 3, read
+
+
+def test_speech_tool_fails_clearly_on_bad_audio(tmp_path: Path) -> None:
+    from orchestra.tools.speech import AudioSpeech
+
+    silent, corrupt, rate = tmp_path / "silent.wav", tmp_path / "corrupt.wav", tmp_path / "8k.wav"
+    audio.save_wav(np.zeros(16000, dtype=np.int16), silent)
+    corrupt.write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunkjunk")
+    import wave
+
+    with wave.open(str(rate), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(8000), w.writeframes(b"\x01\x00" * 8000)
+    tool = AudioSpeech()
+    for path, reason in (
+        (silent, "silent"),
+        (corrupt, "WAV"),
+        (rate, "16 kHz"),
+        (tmp_path / "no.wav", "not found"),
+    ):
+        obs = tool(path=str(path))
+        assert not obs.ok and "MediaError" in (obs.error or "") and reason in (obs.error or ""), obs.error
+
+
+@needs_espeak
+def test_noise_alone_is_no_number(tmp_path: Path) -> None:
+    from orchestra.tools.speech import AudioSpeech
+
+    path = tmp_path / "noise.wav"
+    noise = np.random.default_rng(0).normal(0, 3000, 32000)
+    audio.save_wav(np.clip(noise, -32768, 32767).astype(np.int16), path)
+    obs = AudioSpeech()(path=str(path))
+    assert not obs.ok and "MediaError" in (obs.error or "")
+
+
+# --- the oracle answers speech tasks with the tool -------------------------------------------------
+
+
+@needs_espeak
+def test_oracle_answers_speech_tasks_with_the_speech_tool(speech_world: Path) -> None:
+    """The builtin experts read the spoken numbers with audio_speech (never the truth): most speech
+    tasks answered right, and every wrong answer comes from a misheard number."""
+    from orchestra.agent.policies import oracle_for
+    from orchestra.agent.systems import Environment, builtin_backends, evidence_of, run_task_sync
+    from orchestra.config import AgentParams
+    from orchestra.schemas import PerceiveStep, read_tasks_json
+    from orchestra.tools.registry import default_registry
+
+    tasks = [
+        t
+        for t in read_tasks_json(speech_world / "tasks.json")
+        if any(
+            isinstance(s, PerceiveStep) and s.perception == "speech_number" for s in t.solution_program or []
+        )
+    ]
+    assert len(tasks) >= 3
+    agent = AgentParams()
+    with default_registry(speech_world) as tools:
+        env = Environment(
+            tools=tools, backends=builtin_backends(agent), agent=agent, media_root=speech_world / "media"
+        )
+        right = 0
+        for task in tasks:
+            traj = run_task_sync(task, "orchestra", oracle_for(task, "orchestra", env.agent), env)
+            used = {c.tool for e in evidence_of(traj) for c in e.tool_calls}
+            assert "audio_speech" in used, (task.id, used)
+            if traj.answer == task.answer:
+                right += 1
+                continue
+            heard = [
+                e.value
+                for s, e in zip(task.solution_program or [], evidence_of(traj), strict=False)
+                if isinstance(s, PerceiveStep) and s.perception == "speech_number"
+            ]
+            assert heard and all(str(v) != task.answer for v in heard), (task.id, used)
+    assert right / len(tasks) >= 0.6, (right, len(tasks))
+
+
+# --- the production path: an OpenAI-compatible transcription endpoint ----------------------------
+
+
+@pytest.fixture(scope="module")
+def spoken_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean held-out speaker saying 412 (the recogniser reads it: see the clean test)."""
+    path = tmp_path_factory.mktemp("spoken") / "412.wav"
+    audio.save_wav(audio.render_speech(np.random.default_rng([11, 0]), 412, 0.0)[0], path)
+    return path
+
+
+@needs_espeak
+def test_orchestra_serve_transcribes_for_our_client_and_the_openai_client(spoken_wav: Path) -> None:
+    """`orchestra serve`'s /v1/audio/transcriptions answers the tools.speech openai backend (through the
+    tool registry) and the official client's ``audio.transcriptions.create`` on loopback."""
+    import openai
+
+    from orchestra.agent.serve import ScriptedResponder, start_server
+    from orchestra.config import ToolParams
+    from orchestra.tools.registry import default_registry
+    from orchestra.tools.speech_openai import OpenAISpeech
+
+    with start_server(ScriptedResponder([])) as srv:
+        params = ToolParams(speech={"backend": "openai", "base_url": srv.url, "model": "orchestra-speech"})
+        with default_registry(None, params) as tools:
+            tool = tools.get("audio_speech")
+            assert isinstance(tool, OpenAISpeech)
+            obs = tool(path=str(spoken_wav))
+        assert obs.ok and obs.data["number"] == 412 and obs.data["text"] == "four hundred twelve", obs
+        client = openai.OpenAI(base_url=srv.url, api_key="none", max_retries=0, timeout=30)
+        with spoken_wav.open("rb") as f:
+            got = client.audio.transcriptions.create(model="orchestra-speech", file=f)
+        assert got.text == "four hundred twelve"
+        with spoken_wav.open("rb") as f:
+            plain = client.audio.transcriptions.create(model="m", file=f, response_format="text")
+        assert str(plain).strip() == "four hundred twelve"
+        bad = spoken_wav.parent / "noise.wav"
+        bad.write_bytes(spoken_wav.read_bytes()[:44] + bytes(32000))  # a WAV of silence
+        with bad.open("rb") as f, pytest.raises(openai.BadRequestError, match="silent"):
+            client.audio.transcriptions.create(model="m", file=f)
+
+
+def test_transcripts_in_digits_or_words_become_numbers() -> None:
+    from orchestra.errors import ReplyError
+    from orchestra.tools.speech_openai import text_to_number
+
+    assert text_to_number(" 412.")[1] == 412 and text_to_number("1,984")[1] == 1984
+    assert text_to_number("Four hundred and twelve.")[1] == 412
+    assert text_to_number("Nineteen o-five")[1] == 1905 and text_to_number("twenty-three")[1] == 23
+    with pytest.raises(ReplyError):
+        text_to_number("Hello there.")
+
+
+def test_openai_speech_turns_http_errors_timeouts_and_bad_replies_into_failed_observations(
+    loopback, spoken_wav: Path, tmp_path: Path
+) -> None:
+    from http.server import BaseHTTPRequestHandler
+
+    from orchestra.tools.speech_openai import OpenAISpeech
+
+    seen: list[bytes] = []
+
+    def handler(status: int, body: bytes, delay: float = 0.0) -> type[BaseHTTPRequestHandler]:
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                seen.append(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append(self.headers["Content-Type"].encode() + b" " + self.path.encode())
+                import time
+
+                time.sleep(delay)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return H
+
+    def run(h: type[BaseHTTPRequestHandler], timeout: float = 5.0, path: Path = spoken_wav) -> object:
+        port = loopback(h)
+        return OpenAISpeech(f"http://127.0.0.1:{port}/v1", "whisper-1", timeout_s=timeout)(path=str(path))
+
+    ok = run(handler(200, b'{"text": "Nineteen eighty-four."}'))
+    assert ok.ok and ok.data["number"] == 1984
+    assert b'name="model"\r\n\r\nwhisper-1' in seen[0] and b'filename="412.wav"' in seen[0]
+    assert seen[1].startswith(b"multipart/form-data; boundary=") and seen[1].endswith(
+        b"/v1/audio/transcriptions"
+    )
+    for h, why in (
+        (handler(500, b'{"error": {"message": "model overloaded"}}'), "HTTP 500"),
+        (handler(200, b"<html>"), "no JSON"),
+        (handler(200, b'{"txt": "412"}'), "no 'text'"),
+        (handler(200, b'{"text": "no idea"}'), "says no number"),
+        (handler(200, b'{"text": "412"}', delay=2.0), "timed out"),
+    ):
+        obs = run(h, timeout=0.5)
+        assert not obs.ok and why in (obs.error or ""), (why, obs.error)
+    sent = len(seen)
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF0000WAVEjunk")
+    obs = run(handler(200, b'{"text": "412"}'), path=corrupt)
+    assert not obs.ok and "MediaError" in (obs.error or "") and len(seen) == sent  # never uploaded
+    with pytest.raises(ValueError, match="base_url and model"):
+        from orchestra.config import ToolParams
+
+        ToolParams(speech={"backend": "openai"})
