@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from orchestra import espeak
 from orchestra.config import WorldParams
 from orchestra.errors import ToolError, WorldError
 from orchestra.world import audio, generate_world
 from orchestra.world.speech import WORLD_LANGS, WORLD_VARIANTS, number_words, year_words
 
-needs_espeak = pytest.mark.skipif(not audio.speech_available(), reason="espeak-ng is not installed")
+needs_espeak = pytest.mark.skipif(not espeak.available(), reason="espeak-ng is not installed")
 SPEECH_WORLD = WorldParams(
     seed=6,
     n_seeds=16,

@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from orchestra import espeak
 from orchestra.config import WorldParams
 from orchestra.errors import WorldError
 from orchestra.schemas import ComputeStep, read_tasks_json
@@ -364,7 +365,7 @@ def test_video_events_and_text_match_the_frames(tmp_path: Path) -> None:
     assert checked >= len(frames)
 
 
-@pytest.mark.skipif(not audio.speech_available(), reason="espeak-ng is not installed")
+@pytest.mark.skipif(not espeak.available(), reason="espeak-ng is not installed")
 def test_speech_channel_renders_when_espeak_exists() -> None:
     x, truth = audio.render_speech(np.random.default_rng(0), "412", noise=0.0)
     assert truth["kind"] == "speech" and len(x) / 16000 > 0.5 and np.abs(x).max() > 1000

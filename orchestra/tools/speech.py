@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import os
-import shutil
-import subprocess
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +13,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from orchestra.errors import ToolError
+from orchestra.espeak import espeak, resample
+from orchestra.espeak import version as espeak_version
 from orchestra.tools.audio_dsp import sigmoid_conf
 from orchestra.tools.base import FailureKinds, Observation, Tool
 from orchestra.tools.media import FILE_FAILURES, Audio, MediaError, load_wav
@@ -51,22 +49,8 @@ SKIP_COST = 4.0  # per frame of a chunk left out as noise (words match at 1.5-2.
 
 
 def _espeak(word: str, voice: str) -> np.ndarray:
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise ToolError("espeak-ng is not installed: the speech tool renders its word templates with it")
-    cmd = [exe, "-v", voice, "-s", str(TEMPLATE_SPEED), "--stdout", word]
-    try:
-        out = subprocess.run(cmd, check=True, capture_output=True, timeout=30).stdout
-        with wave.open(io.BytesIO(out)) as w:
-            rate, raw = w.getframerate(), w.readframes(w.getnframes())
-    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
-        raise ToolError(f"espeak-ng -v {voice} failed on {word!r}: {e}") from e
-    x = np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0
-    if rate != RATE:
-        k = int(np.ceil(rate / RATE))
-        x = np.convolve(x, np.ones(k) / k, mode="same")
-        x = np.interp(np.arange(int(len(x) * RATE / rate)) * rate / RATE, np.arange(len(x)), x)
-    return x
+    x, rate = espeak(word, voice, TEMPLATE_SPEED, error=ToolError)
+    return resample(x, rate, RATE)
 
 
 def _word_features(x: np.ndarray) -> np.ndarray:
@@ -82,16 +66,6 @@ def _cache_dir() -> Path:
     root = os.environ.get("ORCHESTRA_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or "~/.cache"
     sub = "" if os.environ.get("ORCHESTRA_CACHE_DIR") else "orchestra"
     return Path(root).expanduser() / sub / "speech_templates"
-
-
-def _espeak_version() -> str:
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise ToolError("espeak-ng is not installed: the speech tool renders its word templates with it")
-    try:
-        return subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError) as e:
-        raise ToolError(f"espeak-ng --version failed: {e}") from e
 
 
 @dataclass(frozen=True)
@@ -111,11 +85,13 @@ def templates() -> Templates:
     feature code)."""
     import inspect
 
+    import orchestra.espeak
     from orchestra.tools import speech_dsp
 
     key = hashlib.sha256(
         repr(
-            (VOCABULARY, TEMPLATE_VOICES, TEMPLATE_SPEED, _espeak_version(), inspect.getsource(speech_dsp))
+            (VOCABULARY, TEMPLATE_VOICES, TEMPLATE_SPEED, espeak_version(ToolError))
+            + tuple(inspect.getsource(m) for m in (speech_dsp, orchestra.espeak))
         ).encode()
     ).hexdigest()[:20]
     path = _cache_dir() / f"{key}.npz"

@@ -6,21 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from orchestra.errors import ToolError
+from orchestra.espeak import TENS, UNITS
 
-_UNITS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-_TEENS = (
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-)
-_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_UNITS, _TEENS, _TENS = UNITS[1:10], UNITS[10:], TENS[2:]
 VALUES: dict[str, int] = {
     "zero": 0,
     **{w: i + 1 for i, w in enumerate(_UNITS)},

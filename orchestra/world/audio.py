@@ -10,18 +10,9 @@ from typing import Any
 import numpy as np
 
 from orchestra.errors import WorldError
+from orchestra.espeak import espeak, resample
 from orchestra.io import atomic_write_bytes
-from orchestra.world.speech import (
-    BRITISH,
-    espeak,
-    number_words,
-    resample,
-    speaker,
-    year_words,
-)
-from orchestra.world.speech import (
-    speech_available as speech_available,  # re-exported: callers ask the audio module
-)
+from orchestra.world.speech import BRITISH, number_words, speaker, year_words
 
 SAMPLE_RATE = 16_000
 DTMF_ROWS = (697, 770, 852, 941)
@@ -281,7 +272,8 @@ def render_speech(
     who = speaker(rng)
     british = who["lang"] in BRITISH
     words = year_words(n, british) if year else number_words(n, british)
-    raw, rate = espeak(" ".join(words), who["voice"], who["speed_wpm"], who["word_gap_10ms"])
+    gap = who["word_gap_10ms"]
+    raw, rate = espeak(" ".join(words), who["voice"], who["speed_wpm"], gap, error=WorldError)
     x = resample(raw, rate, SAMPLE_RATE)
     amp = float(rng.uniform(0.3, 0.6))
     x *= amp / float(np.max(np.abs(x)))

@@ -9,9 +9,9 @@ import numpy as np
 
 from orchestra.config import WorldParams
 from orchestra.errors import WorldError
+from orchestra.espeak import available as speech_available
 from orchestra.io import atomic_write_text, dump_json
 from orchestra.schemas import Task, distribution, write_tasks_json
-from orchestra.world.audio import speech_available
 from orchestra.world.facts import MediaWriter
 from orchestra.world.kb import build_kb, render_page
 from orchestra.world.tasks import MIX_KEYS, build_task

@@ -3,41 +3,12 @@ pause between words and noise level; the words spoken are the ground truth."""
 
 from __future__ import annotations
 
-import io
-import shutil
-import subprocess
-import wave
 from typing import Any
 
 import numpy as np
 
 from orchestra.errors import WorldError
-
-UNITS: tuple[str, ...] = (
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-)
-TENS: tuple[str, ...] = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-#: every word a spoken number or year of the world uses
-VOCABULARY: tuple[str, ...] = (*UNITS, *TENS[2:], "hundred", "thousand", "and", "oh")
+from orchestra.espeak import TENS, UNITS
 
 #: the world's speakers: espeak-ng languages x voice variants (the recogniser's templates use others)
 WORLD_LANGS: tuple[str, ...] = ("en-us", "en", "en-gb-x-rp", "en-gb-scotland")
@@ -81,41 +52,6 @@ def year_words(y: int, british: bool = False) -> list[str]:
     if lo == 0:
         return _under_100(hi) + ["hundred"]
     return _under_100(hi) + (["oh", UNITS[lo]] if lo < 10 else _under_100(lo))
-
-
-def speech_available() -> bool:
-    return shutil.which("espeak-ng") is not None
-
-
-def espeak(text: str, voice: str, speed: int, gap: int = 0) -> tuple[np.ndarray, int]:
-    """``text`` spoken by espeak-ng as float samples in [-1, 1] and their rate; ``gap``: extra pause
-    between words in units of 10 ms (at the default speed; espeak-ng's ``-g``)."""
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise WorldError("espeak-ng is not installed; speech rendering is unavailable")
-    cmd = [exe, "-v", voice, "-s", str(speed), "-g", str(gap), "--stdout", text]
-    try:
-        out = subprocess.run(cmd, check=True, capture_output=True, timeout=30).stdout
-        with wave.open(io.BytesIO(out)) as w:
-            rate, raw = w.getframerate(), w.readframes(w.getnframes())
-    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
-        raise WorldError(f"espeak-ng -v {voice} failed on {text!r}: {e}") from e
-    x = np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0
-    if not len(x) or not np.any(x):
-        raise WorldError(f"espeak-ng -v {voice} produced no sound for {text!r}")
-    return x, rate
-
-
-def resample(x: np.ndarray, rate: int, to: int) -> np.ndarray:
-    """``x`` at ``rate`` Hz resampled to ``to`` Hz (linear interpolation after a moving-average
-    anti-alias filter when going down)."""
-    if rate == to:
-        return x
-    if to < rate:
-        k = int(np.ceil(rate / to))
-        x = np.convolve(x, np.ones(k) / k, mode="same")
-    n = int(round(len(x) * to / rate))
-    return np.interp(np.arange(n) * rate / to, np.arange(len(x)), x)
 
 
 def speaker(rng: np.random.Generator) -> dict[str, Any]:

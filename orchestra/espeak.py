@@ -1,0 +1,88 @@
+"""espeak-ng speech and the English number words, shared by the world (which speaks numbers and
+years) and the speech tool (which renders its word templates): one subprocess call, one resampler,
+one word list."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import wave
+
+import numpy as np
+
+from orchestra.errors import OrchestraError
+
+#: zero..nineteen, then the tens by their digit (TENS[2] = "twenty")
+UNITS: tuple[str, ...] = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+)
+TENS: tuple[str, ...] = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+
+
+def available() -> bool:
+    return shutil.which("espeak-ng") is not None
+
+
+def espeak(
+    text: str, voice: str, speed: int, gap: int = 0, *, error: type[OrchestraError] = OrchestraError
+) -> tuple[np.ndarray, int]:
+    """``text`` spoken by espeak-ng as float samples in [-1, 1] and their rate; ``gap``: extra pause
+    between words in units of 10 ms (at the default speed; espeak-ng's ``-g``). Failures raise
+    ``error`` (the caller's kind: WorldError for the world, ToolError for a tool)."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise error("espeak-ng is not installed (the Debian package espeak-ng; make setup installs it)")
+    cmd = [exe, "-v", voice, "-s", str(speed), "-g", str(gap), "--stdout", text]
+    try:
+        out = subprocess.run(cmd, check=True, capture_output=True, timeout=30).stdout
+        with wave.open(io.BytesIO(out)) as w:
+            rate, raw = w.getframerate(), w.readframes(w.getnframes())
+    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
+        raise error(f"espeak-ng -v {voice} failed on {text!r}: {e}") from e
+    x = np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0
+    if not len(x) or not np.any(x):
+        raise error(f"espeak-ng -v {voice} produced no sound for {text!r}")
+    return x, rate
+
+
+def version(error: type[OrchestraError] = OrchestraError) -> str:
+    """``espeak-ng --version`` (what a cache of its renderings is keyed by)."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise error("espeak-ng is not installed (the Debian package espeak-ng; make setup installs it)")
+    try:
+        return subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        raise error(f"espeak-ng --version failed: {e}") from e
+
+
+def resample(x: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """``x`` at ``rate`` Hz resampled to ``to`` Hz (linear interpolation after a moving-average
+    anti-alias filter when going down)."""
+    if rate == to:
+        return x
+    if to < rate:
+        k = int(np.ceil(rate / to))
+        x = np.convolve(x, np.ones(k) / k, mode="same")
+    n = int(round(len(x) * to / rate))
+    return np.interp(np.arange(n) * rate / to, np.arange(len(x)), x)
