@@ -273,7 +273,7 @@ def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
             try:
                 fields = _form(self.headers.get("Content-Type", ""), raw)
                 text = transcribe_wav(fields["file"])
-            except (ServeError, KeyError) as e:
+            except ServeError as e:
                 self._send(_error(400, f"bad request: {e}"))
                 return
             except OrchestraError as e:
