@@ -77,6 +77,16 @@ def test_malformed_yaml_and_missing_file(tmp_path: Path) -> None:
         load_params(tmp_path / "missing.yaml")
 
 
+def test_a_key_given_twice_is_an_error_not_the_last_one_silently(tmp_path: Path) -> None:
+    text = Path(__file__).parents[1].joinpath("params.yaml").read_text(encoding="utf-8")
+    twice = tmp_path / "params.yaml"
+    twice.write_text(text.replace("    n_seeds:", "    speech: true\n    n_seeds:", 1), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"found the key 'speech' twice[\s\S]*line \d+"):
+        load_params(twice)
+    twice.write_text("seed:\n  world: {seed: 3}\n", encoding="utf-8")
+    assert load_params(twice).seed.world.seed == 3  # one key in two mappings is no repeat
+
+
 def test_params_yaml_matches_defaults_where_it_is_silent() -> None:
     data = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert parse_params(data).decisions == Params().decisions

@@ -32,7 +32,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from orchestra.backends.base import BackendError
-from orchestra.config import SKILLS, AgentParams, BackendSpec
+from orchestra.config import SKILLS, AgentParams, BackendSpec, read_yaml
 from orchestra.config.common import _Section
 from orchestra.io import atomic_write_text
 from orchestra.schemas import brief
@@ -105,7 +105,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
     """Read and validate a registry file (``None``: the shipped one); one clear BackendError otherwise."""
     p = Path(path) if path is not None else default_registry_path()
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = read_yaml(p.read_text(encoding="utf-8"))
     except OSError as e:
         raise BackendError(f"{p}: cannot read the expert registry: {e.strerror or e}") from e
     except yaml.YAMLError as e:

@@ -56,6 +56,7 @@ from orchestra.config.stages import (
 from orchestra.errors import ConfigError
 
 __all__ = [
+    "read_yaml",
     "CATEGORIES",
     "LEVELS",
     "REWRITE_STRATEGIES",
@@ -166,6 +167,32 @@ def parse_params(data: Any, origin: str = "params") -> Params:
         raise ConfigError(f"{origin}: invalid params:\n{lines}") from e
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (YAML keeps the last one
+    silently, so a second ``speech:`` further down would undo the first without a word)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)):
+            continue  # a complex key: YAML's own rules apply
+        if key in seen:
+            where, problem = "while reading a mapping", f"found the key {key!r} twice"
+            raise yaml.constructor.ConstructorError(where, node.start_mark, problem, key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def read_yaml(text: str) -> Any:
+    """``text`` parsed as YAML like ``yaml.safe_load``, but a key repeated in a mapping is an error."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Load and validate a params file."""
     path = Path(path)
@@ -174,7 +201,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     except OSError as e:
         raise ConfigError(f"{path}: cannot read params file: {e.strerror or e}") from e
     try:
-        data = yaml.safe_load(text)
+        data = read_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     return parse_params(data, str(path))
