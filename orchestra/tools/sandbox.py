@@ -120,7 +120,7 @@ class CodeExecutor(Tool):
         if code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= int(-(-lim.cpu_s // 1)) - 0.05:
             return f"the CPU-time limit of {lim.cpu_s:g} s was exceeded ({cpu:.2f} s used), killed"
         if code < 0:
-            return f"the sandbox process was killed by {signal.Signals(-code).name}"
+            return f"the sandbox process was killed by {signal.Signals(-code).name} ({cpu:.2f} s CPU used)"
         return f"the snippet ended the sandbox process (exit code {code}) before returning a result"
 
     @staticmethod
