@@ -166,7 +166,7 @@ def morse_decode(marks: list[tuple[float, float]]) -> dict[str, Any]:
     }
 
 
-def _audio_schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def audio_schema(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     props: dict[str, Any] = {"path": {"type": "string", "description": "path of a WAV file"}}
     props.update(extra or {})
     return {"type": "object", "properties": props, "required": ["path"]}
@@ -194,7 +194,7 @@ class AudioDTMF(Tool):
         "Returns the key sequence (0-9, *, #, A-D) with each key's start/end time in seconds, and a "
         "confidence."
     )
-    input_schema: ClassVar[dict[str, Any]] = _audio_schema(_MODE)
+    input_schema: ClassVar[dict[str, Any]] = audio_schema(_MODE)
     CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (0.0, 3.0), "fast": (-1.5, 2.0)}
 
     def run(self, path: str, mode: str = "careful") -> Observation:
@@ -226,7 +226,7 @@ class AudioTones(Tool):
         "Find beeps/tones in a WAV file: how many, each one's start and end time (s), duration and "
         "dominant pitch (Hz), from a spectral-peak envelope. Use for 'how many beeps', 'what pitch', 'when'."
     )
-    input_schema: ClassVar[dict[str, Any]] = _audio_schema(_MODE)
+    input_schema: ClassVar[dict[str, Any]] = audio_schema(_MODE)
     CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (-1.0, 2.0), "fast": (0.2, 2.0)}
 
     def run(self, path: str, mode: str = "careful") -> Observation:
@@ -271,7 +271,7 @@ class AudioMorse(Tool):
         "Decode International (ITU) Morse code played as tone pulses in a WAV file: letters, digits and "
         "common punctuation; the unit length is estimated from the pulses. Unknown patterns read '?'."
     )
-    input_schema: ClassVar[dict[str, Any]] = _audio_schema(_MODE)
+    input_schema: ClassVar[dict[str, Any]] = audio_schema(_MODE)
     CALIBRATION: ClassVar[dict[str, tuple[float, float]]] = {"careful": (3.5, 2.5), "fast": (0.2, 2.0)}
 
     def run(self, path: str, mode: str = "careful") -> Observation:
@@ -305,7 +305,7 @@ class AudioSegment(Tool):
         "and "
         "report its duration, RMS/peak level (dBFS), dominant frequency and the tones inside it."
     )
-    input_schema: ClassVar[dict[str, Any]] = _audio_schema(
+    input_schema: ClassVar[dict[str, Any]] = audio_schema(
         {
             "start": {"type": "number", "description": "start time in seconds", "minimum": 0},
             "end": {"type": "number", "description": "end time in seconds (default: end of file)"},

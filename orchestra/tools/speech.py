@@ -15,6 +15,7 @@ import numpy as np
 from orchestra.errors import ToolError
 from orchestra.espeak import espeak, resample
 from orchestra.espeak import version as espeak_version
+from orchestra.tools.audio import audio_schema
 from orchestra.tools.audio_dsp import sigmoid_conf
 from orchestra.tools.base import FailureKinds, Observation, Tool
 from orchestra.tools.media import FILE_FAILURES, Audio, MediaError, load_wav
@@ -235,11 +236,7 @@ class AudioSpeech(Tool):
         "twenty..ninety, hundred, thousand, and, oh): returns the words, the number they say "
         "('four hundred and twelve' -> 412, 'nineteen oh five' -> 1905), each word's time and a confidence."
     )
-    input_schema: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"path": {"type": "string", "description": "path of a WAV file"}},
-        "required": ["path"],
-    }
+    input_schema: ClassVar[dict[str, Any]] = audio_schema()
     CALIBRATION: ClassVar[tuple[float, float]] = (0.5, 0.4)
 
     def run(self, path: str) -> Observation:
