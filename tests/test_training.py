@@ -210,7 +210,9 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     assert policy.fmt == "lines" and policy.style == "marked"
 
 
-def test_sft_rows_repeat_first_decisions_and_the_bare_view_names_no_pool(built: tuple[Path, str]) -> None:
+def test_sft_rows_repeat_first_decisions_and_replans_and_the_bare_view_names_no_pool(
+    built: tuple[Path, str],
+) -> None:
     from orchestra.config import AgentParams
     from orchestra.training.examples import PolicyView, load_samples
     from orchestra.training.sft import sft_examples
@@ -220,6 +222,13 @@ def test_sft_rows_repeat_first_decisions_and_the_bare_view_names_no_pool(built: 
     once, thrice = sft_examples(samples, view, AgentParams()), sft_examples(samples, view, AgentParams(), 3)
     first = [r for r in once if not re.search(r"^E\d+ ", r["prompt"][1]["content"], re.M)]  # no evidence yet
     assert first and len(thrice) == len(once) + 2 * len(first)
+    # a re-plan: the expert delegates again once evidence is in (off-path delegations are not repeated)
+    replans = [
+        s for s in samples if s.kind == "expert" and isinstance(s.decision, Delegate) and s.state["context"]
+    ]
+    n_replans = len(sft_examples(replans, view, AgentParams()))
+    assert n_replans, "the fixture world has no re-plan to repeat"
+    assert len(sft_examples(samples, view, AgentParams(), 1, 4)) == len(once) + 3 * n_replans
     assert all(r["prompt"][0] == {"role": "system", "content": "lines"} for r in once)
 
 

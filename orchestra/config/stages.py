@@ -266,6 +266,13 @@ class SFTParams(_Section):
         description="each first decision (the whole plan, the hardest to get right) appears this many "
         "times per epoch",
     )
+    replan_repeats: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="each later delegation of the expert (a re-plan after an unsure or failed result: "
+        "some 2% of the states) appears this many times per epoch",
+    )
 
 
 class GRPOParams(_Section):

@@ -11,7 +11,7 @@ from typing import Any
 from orchestra.agent.state import OrchestraState
 from orchestra.config import AgentParams, Params
 from orchestra.errors import StageError
-from orchestra.schemas import DecisionSample
+from orchestra.schemas import DecisionSample, Delegate
 from orchestra.training.common import (
     RecipeRun,
     RunDirs,
@@ -34,13 +34,18 @@ def samples_path(root: Path) -> Path:
 
 
 def sft_examples(
-    samples: Sequence[DecisionSample], view: PolicyView, agent: AgentParams, first_repeats: int = 1
+    samples: Sequence[DecisionSample],
+    view: PolicyView,
+    agent: AgentParams,
+    first_repeats: int = 1,
+    replan_repeats: int = 1,
 ) -> list[dict[str, Any]]:
     """TRL's conversational prompt-completion rows: the rendered state, the expert decision. A pair
     the view renders identically to an earlier one is kept once (a re-rendering the view does not
     show, e.g. another backend order for a view that sorts backends): repetition costs steps. A first
     decision (no evidence yet: the whole plan) is repeated ``first_repeats`` times: it is where a
-    small policy fails most, and measured repetition of it pays (README, Policy training)."""
+    small policy fails most, and measured repetition of it pays (README, Policy training); a later
+    delegation on the expert's path (a re-plan) ``replan_repeats`` times."""
     rows, seen = [], set()
     for s in samples:
         state = OrchestraState.model_validate(s.state)
@@ -50,7 +55,12 @@ def sft_examples(
         if key not in seen:
             seen.add(key)
             row = {"prompt": prompt, "completion": [{"role": "assistant", "content": target}]}
-            rows.extend([row] * (first_repeats if not state.context else 1))
+            if not state.context:
+                rows.extend([row] * first_repeats)
+            elif s.kind == "expert" and isinstance(s.decision, Delegate):
+                rows.extend([row] * replan_repeats)
+            else:
+                rows.append(row)
     return rows
 
 
@@ -70,7 +80,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     val = [s for s in samples if s.split == "val"]
     if not train:
         raise StageError(f"{path}: no train samples")
-    rows = sft_examples(train, view, params.agent, sp.first_decision_repeats)
+    rows = sft_examples(train, view, params.agent, sp.first_decision_repeats, sp.replan_repeats)
     digest = file_digest(path)
     dirs = RunDirs(root / "policy_sft")
     fingerprint = {
