@@ -232,6 +232,27 @@ def test_sft_rows_repeat_first_decisions_and_replans_and_the_bare_view_names_no_
     assert all(r["prompt"][0] == {"role": "system", "content": "lines"} for r in once)
 
 
+def test_sft_tokenizes_a_repeated_row_once_and_trains_on_every_repeat(built: tuple[Path, str]) -> None:
+    from datasets import Dataset
+
+    from orchestra.config import AgentParams
+    from orchestra.training.examples import PolicyView, load_samples
+    from orchestra.training.sft import _distinct, _repeat, sft_examples
+
+    samples = load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"])
+    rows = sft_examples(samples, PolicyView(), AgentParams(), 3, 2)
+    distinct, order = _distinct(rows)
+    assert len(distinct) == len(sft_examples(samples, PolicyView(), AgentParams())) < len(rows)
+    # TRL's preparation adds columns and may drop a row: the repeats follow the row number, not the position
+    tokenized = Dataset.from_list(distinct).map(lambda r: {"n": len(r["completion"][0]["content"])})
+    tokenized = tokenized.select(range(1, len(distinct)))
+    repeated = _repeat(tokenized, order)
+    assert "row" not in repeated.column_names
+    want = [r for r in rows if r is not rows[0]]  # every repeat of the dropped row goes with it
+    assert [r["completion"] for r in repeated] == [r["completion"] for r in want]
+    assert repeated["n"] == [len(r["completion"][0]["content"]) for r in want]
+
+
 def _train_cli(params_file: Path, **kw: Any) -> subprocess.Popen[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "orchestra.cli", "train", "--recipe", "sft", "--params", str(params_file)]

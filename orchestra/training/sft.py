@@ -64,6 +64,28 @@ def sft_examples(
     return rows
 
 
+def _distinct(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows :func:`sft_examples` repeats (the same object), once each with a ``row`` number, and
+    the row number of every position: TRL then tokenizes a repeated row once (tokenizing is about
+    1,000 rows/s on 2 cores, and repeats are most of the rows)."""
+    index: dict[int, int] = {}
+    distinct: list[dict[str, Any]] = []
+    order = []
+    for r in rows:
+        if id(r) not in index:
+            index[id(r)] = len(distinct)
+            distinct.append({**r, "row": len(distinct)})
+        order.append(index[id(r)])
+    return distinct, order
+
+
+def _repeat(dataset: Any, order: Sequence[int]) -> Any:
+    """The tokenized ``dataset`` of :func:`_distinct` rows in ``order`` (a row TRL dropped, e.g. one
+    truncation left without a completion token, stays dropped), without the ``row`` column."""
+    at = {r: i for i, r in enumerate(dataset["row"])}
+    return dataset.select([at[r] for r in order if r in at]).remove_columns("row")
+
+
 def train_sft(params: Params, root: Path) -> TrainResult:
     """Train a policy from scratch (or from ``train.policy.base_model``) on the train split's decision
     samples, score it on the val split, publish ``data/policy_sft/model``; resumable (see RunDirs)."""
@@ -108,13 +130,15 @@ def train_sft(params: Params, root: Path) -> TrainResult:
             max_length=params.train.policy.max_length,
             train_sampling_strategy="group_by_length",  # batches of like lengths: little padding
         )
+        distinct, order = _distinct(rows)
         trainer = SFTTrainer(
             model=model,
             args=config,
-            train_dataset=Dataset.from_list(rows),
+            train_dataset=Dataset.from_list(distinct),
             processing_class=tokenizer,
             callbacks=[step_callback()],
         )
+        trainer.train_dataset = _repeat(trainer.train_dataset, order)
         seen = {r["completion"][0]["content"] for r in rows}
         run = RecipeRun("sft", dirs, resume, run_id, t0)
         return train_and_publish(run, trainer, model, view, params, val, seen, len(train))
