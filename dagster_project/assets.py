@@ -2,6 +2,7 @@
 
 import importlib
 import time
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -15,6 +16,10 @@ from orchestra.stages import run_stage
 SHARDS = dg.StaticPartitionsDefinition(shard_keys(load_params(PARAMS_PATH)))
 #: a run of many shards is one run (a local run covers them all; k8s/Celery: a run per shard works too)
 ONE_RUN = dg.BackfillPolicy.single_run()
+#: the op tag of the torch training assets, which the multiprocess executor runs one at a time
+#: (definitions.py): outcome GRPO and DA-GRPO side by side on 2 cores took 211 and 233 s, one after
+#: the other about 74 and 69 s
+TRAINING = {"orchestra/cores": "torch"}
 
 
 def _metadata(meta: dict) -> dict[str, dg.MetadataValue]:
@@ -77,6 +82,7 @@ def _stage_asset(
     kinds: set[str],
     group: str = "data",
     partitions: dg.PartitionsDefinition | None = None,
+    op_tags: Mapping[str, str] | None = None,
 ) -> dg.AssetsDefinition:
     """The asset of orchestra stage ``name`` (``what``: its rows, for the log), downstream of ``dep``;
     training and evaluation assets open the Dagster run's MLflow run (their recipes nest under it)."""
@@ -90,6 +96,7 @@ def _stage_asset(
         kinds=kinds,
         partitions_def=partitions,
         backfill_policy=ONE_RUN,
+        op_tags=op_tags,
         required_resource_keys={"params", "mlflow"} if group != "data" else {"params"},
     )
     def stage(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
@@ -190,6 +197,7 @@ policy_sft = _stage_asset(
     "structural, parse and validity rates on the val split; the MLflow run.",
     {"pytorch", "mlflow"},
     group="training",
+    op_tags=TRAINING,
 )
 policy_dagrpo = _stage_asset(
     "policy_dagrpo",
@@ -199,6 +207,7 @@ policy_dagrpo = _stage_asset(
     "the expert's decision; no sub-agent runs.",
     {"pytorch", "mlflow"},
     group="training",
+    op_tags=TRAINING,
 )
 policy_grpo = _stage_asset(
     "policy_grpo",
@@ -208,6 +217,7 @@ policy_grpo = _stage_asset(
     "the train tasks, reward = answer correctness + format.",
     {"pytorch", "mlflow"},
     group="training",
+    op_tags=TRAINING,
 )
 benchmark_scores = _stage_asset(
     "benchmark_scores",

@@ -7,6 +7,7 @@ import os
 import dagster as dg
 
 from dagster_project.assets import (
+    TRAINING,
     anchor_facts,
     benchmark_scores,
     decision_samples,
@@ -48,7 +49,13 @@ def _executor() -> dg.ExecutorDefinition:
         return celery_executor
     if kind != "multiprocess":
         raise ValueError(f"ORCHESTRA_EXECUTOR={kind!r}: valid values are multiprocess, celery")
-    return dg.multiprocess_executor.configured({"start_method": {"forkserver": {"preload_modules": PRELOAD}}})
+    return dg.multiprocess_executor.configured(
+        {
+            "start_method": {"forkserver": {"preload_modules": PRELOAD}},
+            # torch trains on every core: two training steps side by side only contend
+            "tag_concurrency_limits": [{"key": k, "value": v, "limit": 1} for k, v in TRAINING.items()],
+        }
+    )
 
 
 defs = dg.Definitions(

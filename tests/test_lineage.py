@@ -155,6 +155,18 @@ def test_jobs_schedule_and_executor() -> None:
     (req,) = weekly_retraining.evaluate_tick(ctx).run_requests or []
     assert req.tags["dagster/asset_partition_range_start"] == "shard-0"
     assert defs.executor is not None and defs.executor.name == "multiprocess"
+    # the torch training steps run one at a time (two side by side on 2 cores only contend)
+    run_config = defs.resolve_job_def("full_pipeline").executor_def.config_schema.resolve_config({})
+    limits = run_config.value["config"]["tag_concurrency_limits"]
+    assert limits == [{"key": "orchestra/cores", "value": "torch", "limit": 1}]
+    tagged = {
+        k.to_user_string()
+        for a in defs.assets or []
+        if isinstance(a, dg.AssetsDefinition)
+        for k in a.keys
+        if a.op.tags.get("orchestra/cores") == "torch"
+    }
+    assert tagged == {"policy_sft", "policy_dagrpo", "policy_grpo"}
     bench = defs.resolve_assets_def("benchmark_scores")
     assert bench.partitions_def is not None and bench.partitions_def.get_partition_keys() == [
         "shard-0",
