@@ -14,6 +14,7 @@ target of the careful variant is missed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -41,6 +42,7 @@ TARGETS: dict[str, tuple[float, str]] = {
     "video_events": (0.90, "event kind + object shape, time within 0.5 s"),
     "search_recall5": (0.98, "entity URL in top 5 for its name"),
     "speech_words": (0.90, "spoken number/year words (held-out voices), aligned; an insertion is a miss"),
+    "speech_names": (0.90, "spoken name exact (held-out voices), among a default world's page titles"),
 }
 #: measures run on fewer items than --n (each item gives several rows): share of --n
 ITEM_SHARE = {"speech_words": 1 / 3}
@@ -167,7 +169,15 @@ def run_item(measure: str, seed: int, i: int, folder: str, mode: str | None = No
         got = obs.data.get("text", "")
         return [_row(measure, got == text, obs, f"{text!r} -> {got!r}", truth)]
     if measure == "speech_words":
-        return _speech_rows(rng, d, i)
+        return _speech_rows(rng, d, i, seed)
+    if measure == "speech_names":
+        name = _speech_names(seed)[int(rng.integers(len(_speech_names(seed))))]
+        x, truth = audio.render_spoken_name(rng, name, NOISE.draw(rng, "audio"))
+        obs = _speech_tool(seed)(path=str(_wav(x, d, i)))
+        got = obs.data.get("text") if obs.ok else obs.error
+        conf = obs.data.get("confidence")
+        ex = f"{name!r} ({truth['voice']}, SNR {truth['snr_db']} dB) -> {got!r} conf {conf}"
+        return [_row(measure, obs.ok and got == name, obs, ex, truth)]
     if measure == "beep_count":
         x, truth = audio.render_beeps(rng, NOISE.draw(rng, "audio"))
         obs = _call(A.AudioTones(), mode, path=str(_wav(x, d, i)))
@@ -257,16 +267,37 @@ def _align(ref: list[str], hyp: list[str]) -> tuple[list[bool], int]:
     return ok, inserted
 
 
-def _speech_rows(rng: np.random.Generator, d: Path, i: int) -> list[dict[str, Any]]:
-    """A number (10..999) or, every third item, a year (1000..2030) said by a world speaker (voices the
-    tool's templates never use) at a level from the default audio range; rows per word and per number."""
+@functools.cache
+def _speech_names(seed: int) -> list[str]:
+    """The page titles of a default-sized knowledge base drawn from the bench seed (near-namesakes
+    included, as the world makes them): the names the speech tool may hear."""
+    from orchestra.world.kb import build_kb
+
+    p = WorldParams()
+    kb = build_kb(
+        np.random.default_rng([seed, 0]), p.n_entities, list(p.categories), p.distractors_per_entity
+    )
+    return sorted({e.name for e in kb.entities})
+
+
+@functools.cache
+def _speech_tool(seed: int) -> Any:
+    """The speech tool as the pipeline builds it: numbers and the names of :func:`_speech_names`."""
     from orchestra.tools.speech import AudioSpeech
+
+    return AudioSpeech(names=_speech_names(seed))
+
+
+def _speech_rows(rng: np.random.Generator, d: Path, i: int, seed: int) -> list[dict[str, Any]]:
+    """A number (10..999) or, every third item, a year (1000..2030) said by a world speaker (voices the
+    tool's templates never use) at a level from the default audio range, read by the tool that also
+    knows the bench world's names; rows per word and per number."""
     from orchestra.world import audio
 
     year = i % 3 == 0
     value = int(rng.integers(1000, 2031)) if year else int(rng.integers(10, 1000))
     x, truth = audio.render_speech(rng, value, NOISE.draw(rng, "audio"), year=year)
-    obs = AudioSpeech()(path=str(_wav(x, d, i)))
+    obs = _speech_tool(seed)(path=str(_wav(x, d, i)))
     heard = obs.data.get("words", []) if obs.ok else []
     ok, inserted = _align(truth["words"], heard)
     ex = f"{' '.join(truth['words'])!r} ({truth['voice']}, SNR {truth['snr_db']} dB) -> {' '.join(heard)!r}"

@@ -1,4 +1,5 @@
-"""Speech: spoken numbers in the world (espeak-ng), the embedded template recogniser, and its answers."""
+"""Speech: spoken numbers and names in the world (espeak-ng), the embedded template recogniser, and its
+answers."""
 
 from __future__ import annotations
 
@@ -89,17 +90,30 @@ def test_speech_world_has_spoken_numbers_and_same_params_give_same_bytes(
 ) -> None:
     media = [json.loads(line) for line in (speech_world / "truth" / "media.jsonl").read_text().splitlines()]
     spoken = [m for m in media if m["kind"] == "speech"]
-    assert spoken, "a speech world has speech tasks"
+    names = {json.loads(line)["name"] for line in (speech_world / "truth" / "entities.jsonl").open()}
+    said_names = [m["facts"] for m in spoken if m["facts"].get("name")]
+    assert said_names and len(said_names) < len(spoken), "a speech world says numbers and names"
     for m in spoken:
         f = m["facts"]
+        if f.get("name"):
+            assert f["text"] in names and f["words"] == f["text"].split()
+            continue
         said = year_words(int(f["text"]), "and" in f["words"]) if f["year"] else None
         assert f["words"] == (said or number_words(int(f["text"]), "and" in f["words"]))
     generate_world(SPEECH_WORLD, tmp_path)
     assert _digest(tmp_path) == _digest(speech_world)
 
 
-def test_speech_is_off_by_default() -> None:
-    assert WorldParams().speech is False
+def test_params_yaml_turns_speech_on_and_a_world_without_espeak_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestra.config import load_params
+
+    assert WorldParams().speech is False  # code that builds its own WorldParams keeps speech-free worlds
+    assert load_params(Path(__file__).parents[1] / "params.yaml").seed.world.speech is True
+    monkeypatch.setattr("orchestra.world.generate.speech_available", lambda: False)
+    with pytest.raises(WorldError, match="seed.world.speech"):
+        generate_world(SPEECH_WORLD, tmp_path)
 
 
 # --- the embedded speech tool ---------------------------------------------------------------------
@@ -126,6 +140,52 @@ def test_speech_tool_reads_clean_numbers_and_years(tmp_path: Path) -> None:
         assert [s["word"] for s in seg] == obs.data["words"] and all(s["end"] > s["start"] for s in seg)
         assert truth["onset_s"] - 0.1 <= seg[0]["start"] and seg[-1]["end"] <= truth["duration_s"]
     assert sum(n for _, n in read) >= 3, read
+
+
+@needs_espeak
+def test_speech_tool_reads_clean_names_among_namesakes_and_still_numbers(tmp_path: Path) -> None:
+    """Built with names (near-namesakes among them), the tool reads a clean held-out speaker saying a
+    name as that name (no number), still reads numbers as numbers, and its cache version names the
+    vocabulary. Pooled, a worker builds it with the same names."""
+    from orchestra.tools.pool import PooledTool
+    from orchestra.tools.speech import AudioSpeech
+
+    names = ["Bradratu", "Bradritu", "Bronas Gestan", "Bronas Gestun", "Kotus", "Femin", "Giman", "Totrom"]
+    tool = AudioSpeech(names=names)
+    assert tool.version != AudioSpeech().version and tool.version != AudioSpeech(names=names[:-1]).version
+    assert AudioSpeech(names=list(reversed(names))).version == tool.version
+    pooled = PooledTool.wrap(tool, 1)
+    assert pooled.version == tool.version and pooled.config() == AudioSpeech().config() == {}
+    assert pooled.inner.config() == {"names": sorted(names)}
+    said = []
+    for i, name in enumerate(["Kotus", "Bronas Gestan", "Femin"]):
+        x, truth = audio.render_spoken_name(np.random.default_rng([12, i]), name, 0.0)
+        assert truth["words"] == name.split() and truth["name"] is True
+        audio.save_wav(x, tmp_path / f"{i}.wav")
+        obs = (pooled if i == 2 else tool)(path=str(tmp_path / f"{i}.wav"))
+        assert obs.ok, obs.error
+        said.append(obs.data["text"] == name and obs.data["kind"] == "name" and obs.data["number"] is None)
+    assert sum(said) >= 2, said
+    x, _ = audio.render_speech(np.random.default_rng([11, 0]), 412, 0.0)
+    audio.save_wav(x, tmp_path / "412.wav")
+    obs = tool(path=str(tmp_path / "412.wav"))
+    assert obs.ok and obs.data["kind"] == "number" and obs.data["number"] == 412, obs.text
+
+
+@needs_espeak
+def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
+    texts = ["Kotus", "Bronas Gestan", "four hundred and twelve", "A & B <x>"]
+    each = espeak.espeak_each(texts, "en-us+m1", 150)
+    assert len(each) == len(texts)
+    def sounding(x: np.ndarray) -> int:  # samples from the first to the last loud one
+        loud = np.flatnonzero(np.abs(x) > 0.01)
+        return int(loud[-1] - loud[0])
+
+    for text, (x, rate) in zip(texts, each, strict=True):
+        alone, rate1 = espeak.espeak(text, "en-us+m1", 150)
+        assert rate == rate1 and 0.8 < sounding(x) / sounding(alone) < 1.25, text
+    with pytest.raises(ToolError, match="3 texts came out as 2 pieces"):  # a silent text: no pairing guessed
+        espeak.espeak_each(["one", " ", "two"], "en-us", 150, error=ToolError)
 
 
 def test_speech_tool_fails_clearly_on_bad_audio(tmp_path: Path) -> None:
@@ -165,22 +225,27 @@ def test_noise_alone_is_no_number(tmp_path: Path) -> None:
 
 @needs_espeak
 def test_oracle_answers_speech_tasks_with_the_speech_tool(speech_world: Path) -> None:
-    """The builtin experts read the spoken numbers with audio_speech (never the truth): most speech
-    tasks answered right, and every wrong answer comes from a misheard number."""
+    """The builtin experts read the spoken numbers and names with audio_speech (never the truth; the
+    names it knows are the world's page titles): most speech tasks answered right, and every wrong
+    answer comes from a misheard number or name."""
     from orchestra.agent.policies import oracle_for
     from orchestra.agent.systems import Environment, builtin_backends, evidence_of, run_task_sync
     from orchestra.config import AgentParams
     from orchestra.schemas import PerceiveStep, read_tasks_json
     from orchestra.tools.registry import default_registry
 
+    spoken = ("speech_number", "speech_name")
     tasks = [
         t
         for t in read_tasks_json(speech_world / "tasks.json")
-        if any(
-            isinstance(s, PerceiveStep) and s.perception == "speech_number" for s in t.solution_program or []
-        )
+        if any(isinstance(s, PerceiveStep) and s.perception in spoken for s in t.solution_program or [])
     ]
     assert len(tasks) >= 3
+    assert any(
+        isinstance(s, PerceiveStep) and s.perception == "speech_name"
+        for t in tasks
+        for s in t.solution_program or []
+    )
     agent = AgentParams()
     with default_registry(speech_world) as tools:
         env = Environment(
@@ -197,7 +262,7 @@ def test_oracle_answers_speech_tasks_with_the_speech_tool(speech_world: Path) ->
             heard = [
                 e.value
                 for s, e in zip(task.solution_program or [], evidence_of(traj), strict=False)
-                if isinstance(s, PerceiveStep) and s.perception == "speech_number"
+                if isinstance(s, PerceiveStep) and s.perception in spoken
             ]
             assert heard and all(str(v) != task.answer for v in heard), (task.id, used)
     assert right / len(tasks) >= 0.6, (right, len(tasks))

@@ -251,6 +251,9 @@ PERCEPTIONS: dict[str, PerceptionSpec] = _perceptions(
     PerceptionSpec(
         "speech_number", "transcribe the spoken number", "audio", "audio_signal", "audio_speech", _spoken
     ),
+    PerceptionSpec(
+        "speech_name", "transcribe the spoken name", "audio", "audio_signal", "audio_speech", _text
+    ),
     PerceptionSpec("read_text", "read the text in the image", "image", "ocr", "image_ocr", _text),
     PerceptionSpec("read_number", "read the number in the image", "image", "ocr", "image_ocr", _number),
     PerceptionSpec(

@@ -110,7 +110,10 @@ class WorldParams(_Section):
     categories: list[str] = Field(default_factory=lambda: list(CATEGORIES), min_length=1)
     task_mix: TaskMix = TaskMix()
     noise: NoiseParams = NoiseParams()
-    speech: bool = Field(False, description="add espeak-ng speech as an extra audio channel when available")
+    speech: bool = Field(
+        False,
+        description="say half the audio numbers, years and names aloud (espeak-ng; params.yaml turns it on)",
+    )
     video_seconds: float = Field(4.0, gt=0.5, le=60)
     video_fps: int = Field(8, ge=1, le=60)
     video_size: tuple[int, int] = (192, 144)

@@ -106,7 +106,7 @@ def _readable(truth: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     elif kind == "morse":
         yield ("morse_number" if str(truth["text"]).isdigit() else "morse_text"), {}
     elif kind == "speech":
-        yield "speech_number", {}
+        yield ("speech_name" if truth.get("name") else "speech_number"), {}
     elif kind == "video":
         roles = {t["role"]: t["text"] for t in truth["text"]}
         if "caption" in roles:

@@ -35,6 +35,7 @@ VALUE_PHRASES: dict[str, tuple[str, ...]] = {
     "morse_number": ("the number spelled in Morse code in the {m}", "the number the {m} taps out in Morse"),
     "morse_text": ("the word spelled in Morse code in the {m}", "the word the {m} taps out in Morse"),
     "speech_number": ("the number spoken in the {m}",),
+    "speech_name": ("the name spoken in the {m}", "the name said aloud in the {m}"),
     "caption_number": ("the number shown in the caption of the {m}", "the number in the {m}'s caption"),
     "caption_text": ("the caption of the {m}", "the text of the {m}'s caption"),
     "final_score_total": (
@@ -55,6 +56,7 @@ VALUE_PHRASES: dict[str, tuple[str, ...]] = {
 NAME_SOURCES: dict[str, tuple[str, ...]] = {
     "read_text": ("shown on the sign in the {m}", "written on the sign in the {m}"),
     "morse_text": ("spelled in Morse code in the {m}", "tapped out in Morse code in the {m}"),
+    "speech_name": ("spoken in the {m}", "said aloud in the {m}"),
     "caption_text": ("shown in the caption of the {m}", "given by the {m}'s caption"),
 }
 

@@ -165,6 +165,11 @@ class Tool(ABC):
             if undeclared:
                 raise ToolError(f"tool class {cls.__name__}: required {undeclared} not in its properties")
 
+    def config(self) -> dict[str, Any]:
+        """The keyword arguments that rebuild this tool from its class (a worker process builds its
+        copy so); a tool that takes none has none."""
+        return {}
+
     @abstractmethod
     def run(self, **kwargs: Any) -> Observation:
         """Do the work; raise OrchestraError (or one of ``failure_kinds``) on bad input."""
@@ -216,6 +221,7 @@ class ToolWrapper(Tool):
 
     def __init__(self, inner: Tool) -> None:
         self.inner = inner
+        self.version = inner.version  # an instance's own (a tool built with a vocabulary) or its class's
 
     def run(self, **kwargs: Any) -> Observation:
         return self.inner.run(**kwargs)

@@ -4,8 +4,8 @@ The perception tools are CPU-bound Python and numpy: in the caller's threads the
 the GIL, and two sub-agents reading two videos at once barely overlap. With ``tools.workers`` > 0 a
 registry's perception tools run each call in a pool of that many spawned worker processes (the
 default is the cores this process may use; 0 runs them in the calling thread). There is one pool per size
-per process, shared by every registry, started on the first call: perception tools take no
-configuration, so a worker builds each tool from its class once and keeps it.
+per process, shared by every registry, started on the first call: a worker builds each tool from its
+class and its ``config()`` (the speech tool's names; the others take none) once and keeps it.
 
 A call's observation is the worker's, with the latency of the whole round trip measured in the
 caller (what the sub-agent waited, queueing included). A worker that dies (native code crashing on a
@@ -15,6 +15,7 @@ an exception that is not a tool failure (a bug) is re-raised in the caller.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import multiprocessing.util
 import os
@@ -58,12 +59,13 @@ def _init_worker() -> None:
         importlib.import_module(f"orchestra.tools.{module}")
 
 
-def _work(spec: str, args: dict[str, Any]) -> Observation:
+def _work(spec: str, config: dict[str, Any], args: dict[str, Any]) -> Observation:
     from orchestra.tools.registry import load_tool_class
 
-    tool = _TOOLS.get(spec)
+    key = spec + json.dumps(config, sort_keys=True)
+    tool = _TOOLS.get(key)
     if tool is None:
-        tool = _TOOLS[spec] = load_tool_class(spec)()
+        tool = _TOOLS[key] = load_tool_class(spec)(**config)
     return tool(**args)
 
 
@@ -141,7 +143,7 @@ class PooledTool(ToolWrapper):
         start = time.perf_counter()
         pool = _pool(self.size)
         try:
-            obs = pool.submit(_work, self.spec_name, args).result()
+            obs = pool.submit(_work, self.spec_name, self.inner.config(), args).result()
         except BrokenProcessPool as e:
             _drop(self.size, pool)
             obs = self.inner.failure(f"the perception worker running it died ({e}); the pool is restarted")

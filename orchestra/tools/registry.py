@@ -156,13 +156,18 @@ def registry_for_pages(
             registry.register(openai_speech(params))  # a network client: runs in the calling thread
             continue
         try:
-            tool = cls()
+            tool = cls(names=speech_names(pages)) if cls.name == "audio_speech" else cls()
         except TypeError as e:
             raise ToolError(f"tool {spec} cannot be built without arguments: {e}") from e
         registry.register(PooledTool.wrap(tool, workers) if workers else tool)
     for tool in action_tools(pages, params):
         registry.register(tool)
     return registry if cache is None else cached_registry(registry, cache)
+
+
+def speech_names(pages: PageStore) -> list[str]:
+    """The names the speech tool may hear: the page titles search serves (up to three words each)."""
+    return sorted({p.title for p in pages.pages if 0 < len(p.title.split()) <= 3})
 
 
 def has_pages(world_dir: Path) -> bool:

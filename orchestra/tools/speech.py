@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from orchestra.errors import ToolError
-from orchestra.espeak import espeak, resample
+from orchestra.espeak import espeak, espeak_each, resample
 from orchestra.espeak import version as espeak_version
 from orchestra.tools.audio import audio_schema
 from orchestra.tools.audio_dsp import sigmoid_conf
@@ -47,6 +48,9 @@ MAX_WORD_FRAMES = 130  # a span longer than 1.3 s is never one word
 MAX_INNER_GAP = 12  # frames: a longer pause is between words, never inside one (a stop closure is shorter)
 WORD_PENALTY = 16.0  # added per word (in frame-distance units): fewer, longer words win close calls
 SKIP_COST = 4.0  # per frame of a chunk left out as noise (words match at 1.5-2.5 per frame)
+NAME_VOICES = 28  # the names' templates: every template voice
+NAME_FIRST_PASS = 4  # of them, the voices that pick the candidate names (one per accent)
+BATCH = 256  # templates per DTW batch (the DTW table of each is held at once)
 
 
 def _espeak(word: str, voice: str) -> np.ndarray:
@@ -72,18 +76,16 @@ def _cache_dir() -> Path:
 @dataclass(frozen=True)
 class Templates:
     """Word templates: clean mel energies ``feats`` (k, m_max, N_MELS) zero-padded, ``lengths`` (k,),
-    ``words`` (k,), in TEMPLATE_VOICES order, VOCABULARY order within a voice."""
+    ``words`` (k,), voice by voice, in vocabulary order within a voice."""
 
     feats: np.ndarray
     lengths: np.ndarray
     words: tuple[str, ...]
 
 
-@functools.cache
-def templates() -> Templates:
-    """Every vocabulary word in every template voice, rendered once and kept under the cache dir in a
-    file named by the SHA-256 of what determines it (vocabulary, voices, speed, espeak-ng version,
-    feature code)."""
+def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarray]]]) -> Templates:
+    """Templates of ``render()`` (word, clean recording) pairs, kept under the cache dir in a file named
+    by the SHA-256 of ``what`` (vocabulary, voices, speed), the espeak-ng version and the feature code."""
     import inspect
 
     import orchestra.espeak
@@ -91,7 +93,7 @@ def templates() -> Templates:
 
     key = hashlib.sha256(
         repr(
-            (VOCABULARY, TEMPLATE_VOICES, TEMPLATE_SPEED, espeak_version(ToolError))
+            (*what, espeak_version(ToolError))
             + tuple(inspect.getsource(m) for m in (speech_dsp, orchestra.espeak))
         ).encode()
     ).hexdigest()[:20]
@@ -102,11 +104,7 @@ def templates() -> Templates:
                 return Templates(z["feats"], z["lengths"], tuple(str(w) for w in z["words"]))
         except (OSError, ValueError, KeyError):
             pass  # a torn or foreign file: rebuilt below and replaced atomically
-    feats, words = [], []
-    for voice in TEMPLATE_VOICES:
-        for word in VOCABULARY:
-            feats.append(_word_features(_espeak(word, voice)))
-            words.append(word)
+    words, feats = zip(*((w, _word_features(x)) for w, x in render()), strict=True)
     lengths = np.array([len(f) for f in feats])
     padded = np.zeros((len(feats), int(lengths.max()), feats[0].shape[1]))
     for i, f in enumerate(feats):
@@ -122,13 +120,60 @@ def templates() -> Templates:
     return t
 
 
+@functools.cache
+def templates() -> Templates:
+    """Every number word in every template voice (rendered once, then read from the cache dir)."""
+    return _cached(
+        (VOCABULARY, TEMPLATE_VOICES, TEMPLATE_SPEED),
+        lambda: [(w, _espeak(w, v)) for v in TEMPLATE_VOICES for w in VOCABULARY],
+    )
+
+
+@functools.cache
+def name_templates(names: tuple[str, ...]) -> Templates:
+    """Every name in the first NAME_VOICES template voices, one espeak-ng call per voice (rendered once
+    per name list, then read from the cache dir)."""
+
+    def render() -> list[tuple[str, np.ndarray]]:
+        out = []
+        for voice in TEMPLATE_VOICES[:NAME_VOICES]:
+            said = espeak_each(list(names), voice, TEMPLATE_SPEED, error=ToolError)
+            out += [(n, resample(x, rate, RATE)) for n, (x, rate) in zip(names, said, strict=True)]
+        return out
+
+    return _cached(("names", names, TEMPLATE_VOICES[:NAME_VOICES], TEMPLATE_SPEED), render)
+
+
 def _distances(
     query: np.ndarray, span: np.ndarray, noise: np.ndarray, t: Templates, which: np.ndarray
 ) -> np.ndarray:
     """DTW distances of a span's cepstra to templates ``which``, each first put in the span's noise."""
-    lengths = t.lengths[which]
-    feats = t.feats[which][:, : int(lengths.max())]
-    return dtw_batch(query, cepstra(combine(feats, lengths, span, noise), lengths), lengths)
+    out = []
+    for part in np.array_split(which, -(-len(which) // BATCH)):
+        lengths = t.lengths[part]
+        feats = t.feats[part][:, : int(lengths.max())]
+        out.append(dtw_batch(query, cepstra(combine(feats, lengths, span, noise), lengths), lengths))
+    return np.concatenate(out)
+
+
+def _name_scores(
+    mel: np.ndarray, found: list[Any], noise: np.ndarray, names: tuple[str, ...]
+) -> np.ndarray | None:
+    """Each name's best DTW distance to the whole utterance (first chunk start to last chunk end): the
+    first NAME_FIRST_PASS voices' templates, then every name voice's template of the CANDIDATES best;
+    None when the utterance is longer than twice the longest name template (no name fits)."""
+    t = name_templates(names)
+    s, e = max(0, found[0].start - 2), min(len(mel), found[-1].end + 2)
+    if e - s > 2 * int(t.lengths.max()):
+        return None
+    query, k = cepstra(mel[s:e]), len(names)
+    best = _distances(query, mel[s:e], noise, t, np.arange(k * NAME_FIRST_PASS))
+    best = best.reshape(NAME_FIRST_PASS, k).min(axis=0)
+    keep = np.argsort(best)[:CANDIDATES]
+    more = np.array([v * k + w for v in range(NAME_FIRST_PASS, NAME_VOICES) for w in keep])
+    d2 = _distances(query, mel[s:e], noise, t, more).reshape(-1, len(keep)).min(axis=0)
+    best[keep] = np.minimum(best[keep], d2)
+    return best
 
 
 @dataclass
@@ -139,15 +184,16 @@ class _Hyp:
     states: frozenset[str]
 
 
-def recognise(audio: Audio, beam: int = 40) -> dict[str, Any]:
-    """Words, number and scores of the spoken number in ``audio``.
+def recognise(audio: Audio, beam: int = 40, names: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Words, value (a number, or one of ``names``) and scores of what ``audio`` says.
 
     Chunks (:func:`chunks`) are grouped into words by a search over chunk boundaries: a group of up to
     three neighbouring chunks (at most 1.3 s) costs its frames times its best template's DTW distance
     (per word, the best of its templates) plus a word penalty; a chunk may be left out as noise at a
     fixed cost per frame. Only word sequences the number grammar allows survive (a beam of ``beam``
-    hypotheses per boundary). ``margin`` is the cost gap per frame to the best hypothesis that reads
-    a different number."""
+    hypotheses per boundary). With ``names``, each name is one more hypothesis: the whole utterance
+    against that name's templates, its frames times the distance plus one word penalty. ``margin`` is
+    the cost gap per frame to the best hypothesis that reads a different value."""
     if audio.rate != RATE:
         raise MediaError(f"the speech tool reads 16 kHz audio, this file is {audio.rate} Hz")
     x = audio.samples.astype(np.float64)
@@ -200,22 +246,35 @@ def recognise(audio: Audio, beam: int = 40) -> dict[str, Any]:
                     if nxt:
                         c = h.cost + d * length + WORD_PENALTY
                         hyps[b].append(_Hyp(c, (*h.words, w), (*h.spans, (a, b)), nxt))
-    final = sorted((h for h in hyps[-1] if h.words and accepts(h.states)), key=lambda h: h.cost)
-    if not final:
-        raise MediaError("no spoken number found: the sounds match no sequence of number words")
-    best = final[0]
-    value = words_to_number(list(best.words))
     total = sum(c.end - c.start for c in found)
-    rival = next((h for h in final[1:] if words_to_number(list(h.words)) != value), None)
-    margin = (rival.cost - best.cost) / total if rival is not None else 10.0
+    heard: list[tuple[float, int | str, tuple[str, ...], tuple[tuple[int, int], ...]]] = [
+        (h.cost, words_to_number(list(h.words)), h.words, h.spans)
+        for h in hyps[-1]
+        if h.words and accepts(h.states)
+    ]
+    named = _name_scores(mel, found, noise, names) if names else None
+    if named is not None:
+        frames = found[-1].end - found[0].start
+        whole = ((0, len(found)),)
+        heard += [
+            (float(d) * frames + WORD_PENALTY, n, (n,), whole) for n, d in zip(names, named, strict=True)
+        ]
+    if not heard:
+        what = "number or name" if names else "number"
+        raise MediaError(f"no spoken {what} found: the sounds match no sequence of known words")
+    heard.sort(key=lambda h: h[0])
+    cost, value, said, spans = heard[0]
+    rival = next((h for h in heard[1:] if h[1] != value), None)
+    margin = (rival[0] - cost) / total if rival is not None else 10.0
     return {
-        "words": list(best.words),
+        "words": " ".join(said).split(),
         "value": value,
+        "kind": "name" if isinstance(value, str) else "number",
         "margin": round(float(margin), 3),
-        "rival": " ".join(rival.words) if rival is not None else None,
+        "rival": " ".join(rival[2]) if rival is not None else None,
         "segments": [
             {"word": w, "start": round(found[a].start * 0.01, 3), "end": round(found[b - 1].end * 0.01, 3)}
-            for w, (a, b) in zip(best.words, best.spans, strict=True)
+            for w, (a, b) in zip(said, spans, strict=True)
         ],
         "chunks": len(found),
         "snr_db": round(min(c.snr_db for c in found), 1) if found else 0.0,
@@ -223,26 +282,44 @@ def recognise(audio: Audio, beam: int = 40) -> dict[str, Any]:
 
 
 class AudioSpeech(Tool):
-    """Recognise a spoken English number or year (closed vocabulary, no downloaded weights).
+    """Recognise a spoken English number, year or name (closed vocabulary, no downloaded weights).
 
     :func:`recognise`: MFCCs with spectral noise subtraction, DTW against espeak-ng word templates of
     voices other than the ones it is measured on, grammar-constrained grouping of energy chunks into
-    words. ``confidence`` is ``sigmoid_conf`` of the cost margin to the best different number."""
+    words. ``names`` are the names it may hear besides numbers: the registry gives it the titles of
+    the pages search serves (the names search already exposes), and they are part of its ``version``.
+    ``confidence`` is ``sigmoid_conf`` of the cost margin to the best different value."""
 
     name: ClassVar[str] = "audio_speech"
     failure_kinds: ClassVar[FailureKinds] = FILE_FAILURES
     description: ClassVar[str] = (
-        "Transcribe a spoken English number or year in a WAV file (closed vocabulary: zero..nineteen, "
-        "twenty..ninety, hundred, thousand, and, oh): returns the words, the number they say "
-        "('four hundred and twelve' -> 412, 'nineteen oh five' -> 1905), each word's time and a confidence."
+        "Transcribe a spoken English number, year or name in a WAV file (closed vocabulary: number "
+        "words and the names of the pages search knows): returns the words and what they say "
+        "('four hundred and twelve' -> 412, 'nineteen oh five' -> 1905, or the name), each word's time "
+        "and a confidence."
     )
     input_schema: ClassVar[dict[str, Any]] = audio_schema()
     CALIBRATION: ClassVar[tuple[float, float]] = (0.5, 0.4)
 
+    def __init__(self, names: tuple[str, ...] | list[str] = ()) -> None:
+        self.names = tuple(sorted({" ".join(n.split()) for n in names} - {""}))
+        if self.names:
+            digest = hashlib.sha256("\n".join(self.names).encode()).hexdigest()[:12]
+            self.version = f"{type(self).version}-names-{digest}"
+
+    def config(self) -> dict[str, Any]:
+        return {"names": list(self.names)} if self.names else {}
+
     def run(self, path: str) -> Observation:
-        result = recognise(load_wav(path))
+        result = recognise(load_wav(path), names=self.names)
         conf = sigmoid_conf(result["margin"], *self.CALIBRATION)
         said = " ".join(result["words"])
-        text = f"Speech: '{said}' = {result['value']} (confidence {conf:.2f})"
-        data = {**result, "text": said, "number": result["value"], "confidence": conf}
+        value = result["value"]
+        text = (
+            f"Speech: '{said}'"
+            + ("" if isinstance(value, str) else f" = {value}")
+            + f" (confidence {conf:.2f})"
+        )
+        number = None if isinstance(value, str) else value
+        data = {**result, "text": said, "number": number, "confidence": conf}
         return Observation(tool=self.name, text=text, data=data)

@@ -261,10 +261,8 @@ def render_morse(
 def render_speech(
     rng: np.random.Generator, value: int | str, noise: float, year: bool = False
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """The number (or, with ``year``, the year) ``value`` said in English words by espeak-ng: a seeded
-    speaker (voice, 120-180 words per minute, a 60-150 ms pause between words) at peak 0.3-0.6.
-    A higher level means white noise at a lower SNR (36 - 20 * level dB against the speech's RMS),
-    maybe mains hum, and a lower recording gain. The truth lists the words spoken."""
+    """The number (or, with ``year``, the year) ``value`` said in English words by espeak-ng: see
+    :func:`_say`. The truth lists the words spoken."""
     try:
         n = int(value)
     except ValueError as e:
@@ -272,6 +270,31 @@ def render_speech(
     who = speaker(rng)
     british = who["lang"] in BRITISH
     words = year_words(n, british) if year else number_words(n, british)
+    return _say(rng, who, words, str(n), noise, {"year": year})
+
+
+def render_spoken_name(
+    rng: np.random.Generator, name: str, noise: float
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The name ``name`` said by espeak-ng as it spells it (the speech tool's templates are espeak-ng's
+    readings of the same names): see :func:`_say`."""
+    words = name.split()
+    if not words:
+        raise WorldError("cannot speak an empty name")
+    return _say(rng, speaker(rng), words, " ".join(words), noise, {"name": True})
+
+
+def _say(
+    rng: np.random.Generator,
+    who: dict[str, Any],
+    words: list[str],
+    text: str,
+    noise: float,
+    extra: dict[str, Any],
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """``words`` said by the speaker ``who`` (voice, 120-180 words per minute, a 60-150 ms pause between
+    words) at peak 0.3-0.6. A higher level means white noise at a lower SNR (36 - 20 * level dB against
+    the speech's RMS), maybe mains hum, and a lower recording gain."""
     gap = who["word_gap_10ms"]
     raw, rate = espeak(" ".join(words), who["voice"], who["speed_wpm"], gap, error=WorldError)
     x = resample(raw, rate, SAMPLE_RATE)
@@ -286,9 +309,9 @@ def render_speech(
     out, deg = _assemble(rng, [(start, x)], end, noise, hums, 0.3 * amp, noise_std=rms * 10 ** (-snr_db / 20))
     truth = {
         "kind": "speech",
-        "text": str(n),
+        "text": text,
         "words": words,
-        "year": year,
+        **extra,
         "voice": who["voice"],
         "speed_wpm": who["speed_wpm"],
         "word_gap_ms": who["word_gap_10ms"] * 10,

@@ -46,7 +46,8 @@ class Fact:
 
 
 _STEM_LETTERS = "bcdfghjkmnpqrstvwxz"
-#: in a speech world, the share of audio numbers and years that are spoken (the rest: the other producers)
+#: in a speech world, the share of audio numbers, years and names that are spoken (the rest: the other
+#: producers; names otherwise in Morse)
 SPEECH_SHARE = 0.5
 
 
@@ -161,6 +162,18 @@ class MediaWriter:
                 "the name on the sign in the image",
                 "Read the sign in the image",
                 f"The sign in the image shows the name of {_a(phrase)}.",
+                e,
+            )
+        if modality == "audio" and self.speech and rng.random() < SPEECH_SHARE:
+            m = self.audio(rng, *audio.render_spoken_name(rng, e.name, self.params.noise.draw(rng, "audio")))
+            return Fact(
+                m,
+                "speech_name",
+                {},
+                "name",
+                "the name spoken in the audio",
+                "Transcribe the speech",
+                f"The audio says the name of {_a(phrase)}.",
                 e,
             )
         if modality == "audio":

@@ -62,7 +62,12 @@ def generate_world(params: WorldParams, out_dir: Path) -> dict[str, Any]:
         list(params.categories),
         params.distractors_per_entity,
     )
-    speech = bool(params.speech and speech_available())
+    if params.speech and not speech_available():
+        raise WorldError(
+            "seed.world.speech is true but espeak-ng is not installed: install it (the Debian package "
+            "espeak-ng; make setup does) or set seed.world.speech: false"
+        )
+    speech = params.speech
     writer = MediaWriter(params, kb, out_dir / "media", speech)
     tasks: list[Task] = []
     for i, (task_type, category) in enumerate(

@@ -74,6 +74,11 @@ def speech_number(truth: Truth, **_: Any) -> int:
     return int(truth["text"])
 
 
+def speech_name(truth: Truth, **_: Any) -> str:
+    truth = _need(truth, "speech")
+    return str(truth["text"])
+
+
 def _text(truth: Truth, role: str) -> list[Truth]:
     _need(truth, "video")
     items = [t for t in truth["text"] if t["role"] == role]
@@ -125,6 +130,7 @@ PERCEPTIONS: dict[str, Callable[..., Any]] = {
         morse_text,
         morse_number,
         speech_number,
+        speech_name,
         caption_text,
         caption_number,
         final_score_total,
