@@ -122,11 +122,24 @@ IGNORING = (
 
 @contextmanager
 def _serve_process(
-    script: Path, ignoring: bool = False, name: str = "demo"
+    script: Path, ignoring: bool = False, name: str = "demo", extra: tuple[str, ...] = ()
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`orchestra serve --script` as a process (optionally started with SIGTERM/SIGINT ignored);
-    yields it and its base URL once it says it is serving. Killed if still running at the end."""
-    cmd = [sys.executable, "-c", SERVE, "serve", "--script", str(script), "--port", "0", "--name", name]
+    """`orchestra serve --script` (and ``extra`` options) as a process (optionally started with
+    SIGTERM/SIGINT ignored); yields it and its base URL once it says it is serving. Killed if still
+    running at the end."""
+    cmd = [
+        sys.executable,
+        "-c",
+        SERVE,
+        "serve",
+        "--script",
+        str(script),
+        "--port",
+        "0",
+        "--name",
+        name,
+        *extra,
+    ]
     if ignoring:
         cmd = [sys.executable, "-c", IGNORING, *cmd]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -146,8 +159,8 @@ def _serve_process(
 
 @pytest.fixture()
 def serve_process() -> Callable[..., Any]:
-    """``serve_process(script_path, ignoring=False, name="demo")``: `orchestra serve --script` as a real
-    process (optionally started with SIGTERM/SIGINT ignored), yielding (process, base URL)."""
+    """``serve_process(script_path, ignoring=False, name="demo", extra=())``: `orchestra serve --script`
+    as a real process (optionally started with SIGTERM/SIGINT ignored), yielding (process, base URL)."""
     return _serve_process
 
 

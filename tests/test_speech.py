@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,6 +178,7 @@ def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
     texts = ["Kotus", "Bronas Gestan", "four hundred and twelve", "A & B <x>"]
     each = espeak.espeak_each(texts, "en-us+m1", 150)
     assert len(each) == len(texts)
+
     def sounding(x: np.ndarray) -> int:  # samples from the first to the last loud one
         loud = np.flatnonzero(np.abs(x) > 0.01)
         return int(loud[-1] - loud[0])
@@ -308,6 +310,31 @@ def test_orchestra_serve_transcribes_for_our_client_and_the_openai_client(spoken
         bad.write_bytes(spoken_wav.read_bytes()[:44] + bytes(32000))  # a WAV of silence
         with bad.open("rb") as f, pytest.raises(openai.BadRequestError, match="silent"):
             client.audio.transcriptions.create(model="m", file=f)
+
+
+@needs_espeak
+def test_orchestra_serve_with_a_world_transcribes_its_names(
+    speech_world: Path, serve_process: Any, tmp_path: Path
+) -> None:
+    """`orchestra serve --world DIR` (a real process): its transcription endpoint knows the world's page
+    titles, so a spoken name comes back as the name the in-process tool reads, for the official client."""
+    import openai
+
+    from orchestra.tools.registry import page_store, speech_names
+    from orchestra.tools.speech import AudioSpeech
+
+    names = speech_names(page_store(speech_world))
+    wav = tmp_path / "name.wav"
+    audio.save_wav(audio.render_spoken_name(np.random.default_rng([13, 0]), names[0], 0.0)[0], wav)
+    local = AudioSpeech(names=names)(path=str(wav))
+    assert local.ok and local.data["kind"] == "name" and local.data["text"] in names, local.text
+    script = tmp_path / "script.jsonl"
+    script.write_text("")
+    with serve_process(script, extra=("--world", str(speech_world))) as (_, url):
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
+        with wav.open("rb") as f:
+            got = client.audio.transcriptions.create(model="orchestra-speech", file=f)
+    assert got.text == local.data["text"]
 
 
 def test_transcripts_in_digits_or_words_become_numbers() -> None:

@@ -170,8 +170,12 @@ def serve(
     port: int = typer.Option(8000, "--port", min=0, max=65535),
     name: str | None = typer.Option(None, "--name", help="model id reported by /v1/models"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
+    world: Path | None = typer.Option(
+        None, "--world", help="a world or seed_tasks folder: /v1/audio/transcriptions knows its page titles"
+    ),
 ) -> None:
-    """Serve an OpenAI-compatible /v1/chat/completions on HOST:PORT until SIGTERM or SIGINT (exit 0)."""
+    """Serve an OpenAI-compatible /v1/chat/completions (and /v1/audio/transcriptions) on HOST:PORT until
+    SIGTERM or SIGINT (exit 0)."""
     from orchestra.agent.serve import (
         ModelResponder,
         Responder,
@@ -196,7 +200,12 @@ def serve(
             else:
                 assert script is not None
                 responder = ScriptedResponder.from_jsonl(script, name or "scripted")
-            srv = start_server(responder, host, port)
+            names: list[str] = []
+            if world is not None:
+                from orchestra.tools.registry import page_store, speech_names
+
+                names = speech_names(page_store(world))
+            srv = start_server(responder, host, port, names)
         except OrchestraError as e:
             raise fail(str(e)) from e
         typer.echo(f"serving {responder.model} at {srv.url}", err=True)

@@ -16,8 +16,9 @@ A request with ``"stream": true`` gets the finished reply as OpenAI server-sent 
 then its arguments), a ``finish_reason`` chunk, a usage chunk when ``stream_options.include_usage`` is
 true, then ``data: [DONE]``. Errors and ``raw`` replies are never streamed: they keep their status and
 body. ``POST /v1/audio/transcriptions`` (multipart form data: ``file``, ``model``, optional
-``response_format`` json | text) answers ``{"text": ...}`` from :class:`orchestra.tools.speech.AudioSpeech`;
-audio it cannot read is HTTP 400 with the reason. :func:`stop_on_signals` makes SIGTERM and SIGINT stop
+``response_format`` json | text) answers ``{"text": ...}`` from :class:`orchestra.tools.speech.AudioSpeech`
+(numbers, and the names a server is started with: ``orchestra serve --world``); audio it cannot read
+is HTTP 400 with the reason. :func:`stop_on_signals` makes SIGTERM and SIGINT stop
 a server blocked in :meth:`Server.wait`.
 """
 
@@ -206,8 +207,8 @@ def _form(content_type: str, body: bytes) -> dict[str, bytes]:
     return fields
 
 
-def transcribe_wav(data: bytes) -> str:
-    """The embedded recogniser's words for a WAV file's bytes."""
+def transcribe_wav(data: bytes, names: Sequence[str] = ()) -> str:
+    """The embedded recogniser's words for a WAV file's bytes (numbers, and ``names``)."""
     import tempfile
 
     from orchestra.tools.speech import AudioSpeech
@@ -215,13 +216,13 @@ def transcribe_wav(data: bytes) -> str:
     with tempfile.TemporaryDirectory(prefix="orchestra-transcribe-") as tmp:
         path = Path(tmp) / "audio.wav"
         path.write_bytes(data)
-        obs = AudioSpeech()(path=str(path))
+        obs = AudioSpeech(names=names)(path=str(path))
     if not obs.ok:
         raise ServeError(obs.error or "the speech tool failed")
     return str(obs.data["text"])
 
 
-def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
+def _handler(responder: Responder, speech_names: Sequence[str]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -272,7 +273,7 @@ def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
         def _transcribe(self, raw: bytes) -> None:
             try:
                 fields = _form(self.headers.get("Content-Type", ""), raw)
-                text = transcribe_wav(fields["file"])
+                text = transcribe_wav(fields["file"], speech_names)
             except ServeError as e:
                 self._send(_error(400, f"bad request: {e}"))
                 return
@@ -317,9 +318,11 @@ def _handler(responder: Responder) -> type[BaseHTTPRequestHandler]:
 class Server:
     """A running loopback server; ``url`` is the OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
 
-    def __init__(self, responder: Responder, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, responder: Responder, host: str = "127.0.0.1", port: int = 0, speech_names: Sequence[str] = ()
+    ) -> None:
         try:
-            self.httpd = ThreadingHTTPServer((host, port), _handler(responder))
+            self.httpd = ThreadingHTTPServer((host, port), _handler(responder, tuple(speech_names)))
         except OSError as e:
             raise ServeError(f"cannot listen on {host}:{port}: {e}") from e
         self.httpd.daemon_threads = True
@@ -354,9 +357,12 @@ class Server:
         self.close()
 
 
-def start_server(responder: Responder, host: str = "127.0.0.1", port: int = 0) -> Server:
-    """Start serving ``responder`` in a background thread (port 0: a free port)."""
-    return Server(responder, host, port).start()
+def start_server(
+    responder: Responder, host: str = "127.0.0.1", port: int = 0, speech_names: Sequence[str] = ()
+) -> Server:
+    """Start serving ``responder`` in a background thread (port 0: a free port); the transcription
+    endpoint knows ``speech_names`` besides numbers."""
+    return Server(responder, host, port, speech_names).start()
 
 
 def stop_on_signals(signums: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
