@@ -174,6 +174,36 @@ def test_speech_tool_reads_clean_names_among_namesakes_and_still_numbers(tmp_pat
 
 
 @needs_espeak
+def test_template_cache_keeps_the_most_recently_used_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new template file makes room: the least recently used beyond KEEP_CACHED go, a file read
+    counts as used, and a file being written is left alone."""
+    import os
+
+    from orchestra.tools import speech
+
+    monkeypatch.setenv("ORCHESTRA_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "speech_templates"
+    folder.mkdir()
+    old = [folder / f"old{i}.npz" for i in range(speech.KEEP_CACHED + 2)]
+    for i, f in enumerate(old):
+        f.write_bytes(b"x")
+        os.utime(f, (1000 + i, 1000 + i))
+    (folder / "x.123.tmp.npz").write_bytes(b"partial")
+    os.utime(folder / "x.123.tmp.npz", (1, 1))
+    render = lambda: [("one", speech._espeak("one", "en-us"))]  # noqa: E731
+    t = speech._cached(("prune test",), render)
+    kept = sorted(f.name for f in folder.glob("*.npz"))
+    new = [f for f in kept if not f.startswith(("old", "x."))]
+    assert len(new) == 1 and "x.123.tmp.npz" in kept
+    assert {f"old{i}.npz" for i in range(3, len(old))} == set(kept) - {"x.123.tmp.npz", *new}
+    os.utime(folder / new[0], (1, 1))
+    again = speech._cached(("prune test",), render)  # read from the file, which is now the newest
+    assert np.array_equal(again.feats, t.feats) and (folder / new[0]).stat().st_mtime > 1000
+
+
+@needs_espeak
 def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
     texts = ["Kotus", "Bronas Gestan", "four hundred and twelve", "A & B <x>"]
     each = espeak.espeak_each(texts, "en-us+m1", 150)

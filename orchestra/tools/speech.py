@@ -49,6 +49,7 @@ MAX_INNER_GAP = 12  # frames: a longer pause is between words, never inside one 
 WORD_PENALTY = 16.0  # added per word (in frame-distance units): fewer, longer words win close calls
 SKIP_COST = 4.0  # per frame of a chunk left out as noise (words match at 1.5-2.5 per frame)
 NAME_VOICES = 28  # the names' templates: every template voice
+KEEP_CACHED = 6  # template files kept in the cache dir: the number words and the names of five worlds
 NAME_FIRST_PASS = 4  # of them, the voices that pick the candidate names (one per accent)
 BATCH = 256  # templates per DTW batch (the DTW table of each is held at once)
 
@@ -101,9 +102,11 @@ def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarr
     if path.is_file():
         try:
             with np.load(path) as z:
-                return Templates(z["feats"], z["lengths"], tuple(str(w) for w in z["words"]))
+                t = Templates(z["feats"], z["lengths"], tuple(str(w) for w in z["words"]))
+            os.utime(path)  # last used now: :func:`_prune` removes the least recently used
+            return t
         except (OSError, ValueError, KeyError):
-            pass  # a torn or foreign file: rebuilt below and replaced atomically
+            pass  # a torn or foreign file (or one pruned meanwhile): rebuilt below, replaced atomically
     words, feats = zip(*((w, _word_features(x)) for w, x in render()), strict=True)
     lengths = np.array([len(f) for f in feats])
     padded = np.zeros((len(feats), int(lengths.max()), feats[0].shape[1]))
@@ -117,7 +120,22 @@ def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarr
         os.replace(tmp, path)
     except OSError as e:
         raise ToolError(f"cannot cache the speech templates under {path.parent}: {e}") from e
+    _prune(path.parent)
     return t
+
+
+def _prune(folder: Path, keep: int = KEEP_CACHED) -> None:
+    """Remove all but the ``keep`` most recently used template files of ``folder`` (a world's names
+    are about 100 MB, and every new world has new names); files being written are left alone."""
+    files = [f for f in folder.glob("*.npz") if ".tmp." not in f.name]
+    used = []
+    for f in files:
+        try:
+            used.append((f.stat().st_mtime, f))
+        except OSError:
+            continue  # removed by another process meanwhile
+    for _, f in sorted(used, reverse=True)[keep:]:
+        f.unlink(missing_ok=True)
 
 
 @functools.cache
