@@ -204,6 +204,35 @@ def test_template_cache_keeps_the_most_recently_used_files(
 
 
 @needs_espeak
+def test_template_cache_renders_once_for_callers_that_miss_it_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    from orchestra.tools import speech
+
+    monkeypatch.setenv("ORCHESTRA_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def render() -> list[tuple[str, np.ndarray]]:
+        calls.append(threading.get_ident())
+        time.sleep(0.5)  # the others arrive while it renders
+        return [("two", speech._espeak("two", "en-us"))]
+
+    got: list[speech.Templates] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(speech._cached(("once",), render))) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(got) == 3
+    assert all(np.array_equal(g.feats, got[0].feats) and g.words == ("two",) for g in got)
+
+
+@needs_espeak
 def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
     texts = ["Kotus", "Bronas Gestan", "four hundred and twelve", "A & B <x>"]
     each = espeak.espeak_each(texts, "en-us+m1", 150)
@@ -218,6 +247,29 @@ def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
         assert rate == rate1 and 0.8 < sounding(x) / sounding(alone) < 1.25, text
     with pytest.raises(ToolError, match="3 texts came out as 2 pieces"):  # a silent text: no pairing guessed
         espeak.espeak_each(["one", " ", "two"], "en-us", 150, error=ToolError)
+
+
+def test_dtw_batch_is_the_textbook_recursion_for_every_template_length() -> None:
+    from orchestra.tools.speech_dsp import dtw_batch
+
+    def textbook(q: np.ndarray, t: np.ndarray) -> float:
+        acc = np.full((len(q) + 1, len(t) + 1), np.inf)
+        acc[0, 0] = 0.0
+        for i in range(1, len(q) + 1):
+            for j in range(1, len(t) + 1):
+                c = float(np.linalg.norm(q[i - 1] - t[j - 1]))
+                acc[i, j] = min(acc[i - 1, j] + c, acc[i, j - 1] + c, acc[i - 1, j - 1] + 2 * c)
+        return float(acc[-1, -1]) / (len(q) + len(t))
+
+    rng = np.random.default_rng(0)
+    for n, m in ((1, 1), (1, 7), (9, 1), (12, 30), (31, 8)):
+        lengths = rng.integers(1, m + 1, size=5)
+        lengths[0] = m  # the longest template fills the padding
+        padded = rng.normal(size=(5, m, 4))
+        q = rng.normal(size=(n, 4))
+        got = dtw_batch(q, padded, lengths)
+        want = [textbook(q, padded[i, : lengths[i]]) for i in range(5)]
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (n, m, got, want)
 
 
 def test_speech_tool_fails_clearly_on_bad_audio(tmp_path: Path) -> None:

@@ -3,9 +3,11 @@ build time (cached on disk by content hash), energy chunking, and a grammar-cons
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +88,8 @@ class Templates:
 
 def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarray]]]) -> Templates:
     """Templates of ``render()`` (word, clean recording) pairs, kept under the cache dir in a file named
-    by the SHA-256 of ``what`` (vocabulary, voices, speed), the espeak-ng version and the feature code."""
+    by the SHA-256 of ``what`` (vocabulary, voices, speed), the espeak-ng version and the feature code.
+    Processes that miss the file at once render it once: the first under a lock, the rest read it."""
     import inspect
 
     import orchestra.espeak
@@ -99,14 +102,33 @@ def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarr
         ).encode()
     ).hexdigest()[:20]
     path = _cache_dir() / f"{key}.npz"
-    if path.is_file():
-        try:
-            with np.load(path) as z:
-                t = Templates(z["feats"], z["lengths"], tuple(str(w) for w in z["words"]))
-            os.utime(path)  # last used now: :func:`_prune` removes the least recently used
-            return t
-        except (OSError, ValueError, KeyError):
-            pass  # a torn or foreign file (or one pruned meanwhile): rebuilt below, replaced atomically
+    found = _load(path)
+    if found is not None:
+        return found
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = (path.parent / ".build.lock").open("w")
+    except OSError as e:
+        raise ToolError(f"cannot cache the speech templates under {path.parent}: {e}") from e
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process renders (the worker pool starts them together)
+        found = _load(path)  # the others read what it wrote
+        return found if found is not None else _build(path, render)
+
+
+def _load(path: Path) -> Templates | None:
+    """The templates stored at ``path``, marked used now; None if absent, torn or foreign."""
+    try:
+        with np.load(path) as z:
+            t = Templates(z["feats"], z["lengths"], tuple(str(w) for w in z["words"]))
+        os.utime(path)  # last used now: :func:`_prune` removes the least recently used
+        return t
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None  # absent, or pruned meanwhile, or not ours: built again and replaced atomically
+
+
+def _build(path: Path, render: Callable[[], list[tuple[str, np.ndarray]]]) -> Templates:
+    """Render, take the features, store them atomically at ``path`` and prune the folder."""
     words, feats = zip(*((w, _word_features(x)) for w, x in render()), strict=True)
     lengths = np.array([len(f) for f in feats])
     padded = np.zeros((len(feats), int(lengths.max()), feats[0].shape[1]))
@@ -114,7 +136,6 @@ def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarr
         padded[i, : len(f)] = f
     t = Templates(padded, lengths, tuple(words))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
         np.savez_compressed(tmp, feats=t.feats, lengths=t.lengths, words=np.array(t.words))
         os.replace(tmp, path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from orchestra.tools.audio_dsp import _frames
 from orchestra.tools.media import MediaError
@@ -123,19 +124,32 @@ def dtw_batch(query: np.ndarray, templates: np.ndarray, lengths: np.ndarray) -> 
     """Length-normalised DTW distances of ``query`` (n, d) to each of ``templates`` (k, m_max, d),
     whose true lengths are ``lengths`` (k,): symmetric steps (1,0) and (0,1) at weight 1, (1,1) at
     weight 2, Euclidean frame distances, the path cost divided by n + m. The recursion runs over
-    anti-diagonals, all templates at once."""
-    n, k, m_max = len(query), len(templates), templates.shape[1]
-    flat = templates.reshape(-1, templates.shape[2])
-    dot = (flat @ query.T).reshape(k, m_max, n).transpose(0, 2, 1)
+    anti-diagonals, all templates at once: the two previous diagonals are kept as rows indexed by
+    query frame, so each step reads contiguous slices of them and a strided view of the costs."""
+    n, k, m = len(query), len(templates), templates.shape[1]
+    dot = (templates.reshape(-1, templates.shape[2]) @ query.T).reshape(k, m, n).transpose(0, 2, 1)
     sq = (query**2).sum(1)[None, :, None] + (templates**2).sum(2)[:, None, :]
-    cost = np.sqrt(np.maximum(sq - 2 * dot, 0.0))
-    acc = np.full((k, n + 1, m_max + 1), np.inf)
-    acc[:, 0, 0] = 0.0
-    for s in range(2, n + m_max + 1):
-        i = np.arange(max(1, s - m_max), min(n, s - 1) + 1)
-        j = s - i
-        c = cost[:, i - 1, j - 1]
-        acc[:, i, j] = np.minimum(
-            np.minimum(acc[:, i - 1, j], acc[:, i, j - 1]) + c, acc[:, i - 1, j - 1] + 2 * c
+    cost = np.ascontiguousarray(np.sqrt(np.maximum(sq - 2 * dot, 0.0)))  # (k, n, m)
+    # acc[i, j] (1-based: query frame i, template frame j) on diagonal s = i + j, stored at slot i
+    before = np.full((k, n + 1), np.inf)  # diagonal s - 2
+    last = np.full((k, n + 1), np.inf)  # diagonal s - 1
+    before[:, 0] = 0.0  # acc[0, 0]
+    ends = n + np.asarray(lengths)
+    out = np.empty(k)
+    for s in range(2, n + m + 1):
+        lo, hi = max(1, s - m), min(n, s - 1)
+        # cost[:, i - 1, s - i - 1] for i = lo..hi: one row down and one column left per step
+        c = as_strided(
+            cost[:, lo - 1, s - lo - 1 :],
+            shape=(k, hi - lo + 1),
+            strides=(cost.strides[0], (m - 1) * cost.itemsize),
         )
-    return acc[np.arange(k), n, lengths] / (n + lengths)
+        cur = np.full((k, n + 1), np.inf)
+        cur[:, lo : hi + 1] = np.minimum(
+            np.minimum(last[:, lo - 1 : hi], last[:, lo : hi + 1]) + c, before[:, lo - 1 : hi] + 2 * c
+        )
+        done = ends == s
+        if done.any():
+            out[done] = cur[done, n]
+        before, last = last, cur
+    return out / ends
