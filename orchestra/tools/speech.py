@@ -147,7 +147,7 @@ def _build(path: Path, render: Callable[[], list[tuple[str, np.ndarray]]]) -> Te
 
 def _prune(folder: Path, keep: int = KEEP_CACHED) -> None:
     """Remove all but the ``keep`` most recently used template files of ``folder`` (a world's names
-    are about 100 MB, and every new world has new names); files being written are left alone."""
+    are about 115 MB, and every new world has new names); files being written are left alone."""
     files = [f for f in folder.glob("*.npz") if ".tmp." not in f.name]
     used = []
     for f in files:
