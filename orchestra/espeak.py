@@ -44,23 +44,31 @@ def available() -> bool:
     return shutil.which("espeak-ng") is not None
 
 
+def _speak(
+    args: list[str], failed: str, timeout_s: float, error: type[OrchestraError]
+) -> tuple[np.ndarray, int]:
+    """espeak-ng run with ``args`` (which ask for a WAV on stdout): its float samples and rate. A
+    missing binary, a failed run or an unreadable WAV raises ``error`` (``failed`` says what failed)."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise error("espeak-ng is not installed (the Debian package espeak-ng; make setup installs it)")
+    try:
+        out = subprocess.run([exe, *args], check=True, capture_output=True, timeout=timeout_s).stdout
+        with wave.open(io.BytesIO(out)) as w:
+            rate, raw = w.getframerate(), w.readframes(w.getnframes())
+    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
+        raise error(f"{failed}: {e}") from e
+    return np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0, rate
+
+
 def espeak(
     text: str, voice: str, speed: int, gap: int = 0, *, error: type[OrchestraError] = OrchestraError
 ) -> tuple[np.ndarray, int]:
     """``text`` spoken by espeak-ng as float samples in [-1, 1] and their rate; ``gap``: extra pause
     between words in units of 10 ms (at the default speed; espeak-ng's ``-g``). Failures raise
     ``error`` (the caller's kind: WorldError for the world, ToolError for a tool)."""
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise error("espeak-ng is not installed (the Debian package espeak-ng; make setup installs it)")
-    cmd = [exe, "-v", voice, "-s", str(speed), "-g", str(gap), "--stdout", text]
-    try:
-        out = subprocess.run(cmd, check=True, capture_output=True, timeout=30).stdout
-        with wave.open(io.BytesIO(out)) as w:
-            rate, raw = w.getframerate(), w.readframes(w.getnframes())
-    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
-        raise error(f"espeak-ng -v {voice} failed on {text!r}: {e}") from e
-    x = np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0
+    args = ["-v", voice, "-s", str(speed), "-g", str(gap), "--stdout", text]
+    x, rate = _speak(args, f"espeak-ng -v {voice} failed on {text!r}", 30, error)
     if not len(x) or not np.any(x):
         raise error(f"espeak-ng -v {voice} produced no sound for {text!r}")
     return x, rate
@@ -76,17 +84,8 @@ def espeak_each(
     if not texts:
         return []
     doc = "<speak>" + "".join(f'{escape(t)}<break time="600ms"/>' for t in texts) + "</speak>"
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise error("espeak-ng is not installed (the Debian package espeak-ng; make setup installs it)")
-    cmd = [exe, "-m", "-v", voice, "-s", str(speed), "--stdout", doc]
-    try:
-        out = subprocess.run(cmd, check=True, capture_output=True, timeout=300).stdout
-        with wave.open(io.BytesIO(out)) as w:
-            rate, raw = w.getframerate(), w.readframes(w.getnframes())
-    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
-        raise error(f"espeak-ng -v {voice} failed on {len(texts)} texts: {e}") from e
-    x = np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0
+    args = ["-m", "-v", voice, "-s", str(speed), "--stdout", doc]
+    x, rate = _speak(args, f"espeak-ng -v {voice} failed on {len(texts)} texts", 300, error)
     hop = rate // 100
     n = len(x) // hop
     loud = np.flatnonzero(np.abs(x[: n * hop]).reshape(n, hop).max(axis=1) > 0.01)

@@ -150,57 +150,24 @@ class MediaWriter:
     # --- name facts -------------------------------------------------------------------------------
 
     def name_fact(self, rng: np.random.Generator, modality: str, e: Entity) -> Fact:
-        phrase = e.etype.phrase
+        """A new media file of ``modality`` that shows, says or spells ``e``'s name."""
         if modality == "image":
             text = e.name.upper() if rng.random() < 0.3 else e.name
             m = self.image(rng, *image.render_sign(rng, text, self.params.noise.draw(rng, "image")))
-            return Fact(
-                m,
-                "read_text",
-                {},
-                "name",
-                "the name on the sign in the image",
-                "Read the sign in the image",
-                f"The sign in the image shows the name of {_a(phrase)}.",
-                e,
-            )
-        if modality == "audio" and self.speech and rng.random() < SPEECH_SHARE:
+            how = "read_text"
+        elif modality == "audio" and self.speech and rng.random() < SPEECH_SHARE:
             m = self.audio(rng, *audio.render_spoken_name(rng, e.name, self.params.noise.draw(rng, "audio")))
-            return Fact(
-                m,
-                "speech_name",
-                {},
-                "name",
-                "the name spoken in the audio",
-                "Transcribe the speech",
-                f"The audio says the name of {_a(phrase)}.",
-                e,
-            )
-        if modality == "audio":
+            how = "speech_name"
+        elif modality == "audio":
             m = self.audio(rng, *audio.render_morse(rng, e.name, self.params.noise.draw(rng, "audio")))
-            return Fact(
-                m,
-                "morse_text",
-                {},
-                "name",
-                "the word spelled in Morse code in the audio",
-                "Decode the Morse code in the audio",
-                f"The audio spells the name of {_a(phrase)} in Morse code.",
-                e,
-            )
-        if modality == "video":
+            how = "morse_text"
+        elif modality == "video":
             m = self.video(rng, "caption", caption=e.name.upper())
-            return Fact(
-                m,
-                "caption_text",
-                {},
-                "name",
-                "the name in the caption of the video",
-                "Read the caption in the video",
-                f"The caption in the video shows the name of {_a(phrase)}.",
-                e,
-            )
-        raise WorldError(f"no name fact for modality {modality!r}")
+            how = "caption_text"
+        else:
+            raise WorldError(f"no name fact for modality {modality!r}")
+        where, step, note = _NAME_FACTS[how]
+        return Fact(m, how, {}, "name", where, step, note.format(_a(e.etype.phrase)), e)
 
     # --- number facts -----------------------------------------------------------------------------
 
@@ -411,6 +378,30 @@ class MediaWriter:
             return None
         return [names[i] for i in rng.choice(len(names), size=n, replace=False).tolist()]
 
+
+#: name perception -> (what the value is, the step that reads it, the note; {} is the entity type)
+_NAME_FACTS: dict[str, tuple[str, str, str]] = {
+    "read_text": (
+        "the name on the sign in the image",
+        "Read the sign in the image",
+        "The sign in the image shows the name of {}.",
+    ),
+    "speech_name": (
+        "the name spoken in the audio",
+        "Transcribe the speech",
+        "The audio says the name of {}.",
+    ),
+    "morse_text": (
+        "the word spelled in Morse code in the audio",
+        "Decode the Morse code in the audio",
+        "The audio spells the name of {} in Morse code.",
+    ),
+    "caption_text": (
+        "the name in the caption of the video",
+        "Read the caption in the video",
+        "The caption in the video shows the name of {}.",
+    ),
+}
 
 _PRODUCERS: dict[tuple[str, str], list[str]] = {
     ("image", "count"): ["shapes"],
