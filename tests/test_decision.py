@@ -281,6 +281,25 @@ def test_question_spans_are_keyed_by_kind_in_order() -> None:
         substitute_spans("#C3", {"C1": "a", "C2": "b"})
 
 
+def test_field_phrases_are_spans_where_the_question_names_a_field() -> None:
+    phrases = {"birth year": "born", "population": "population", "home city": "home_city", "team": "team"}
+    q = (
+        "The gap between the birth year the wiki gives for the athlete's team and the population of the "
+        "home city of the sports team whose name is in Morse, in US dollars, or the birth year of the team "
+        "whose name is shown"
+    )
+    # after 'the' or a possessive, one span however many words; not in an entity's description ('the
+    # sports team', 'the team whose name'); each occurrence its own key, the value the field's key
+    assert question_spans(q, {}, (), phrases) == {
+        "F1": "born", "F2": "team", "F3": "population", "F4": "home_city", "N1": "Morse", "N2": "US",
+        "F5": "born",
+    }  # fmt: skip
+    marked = mark_question(q, {}, (), phrases)
+    assert "the birth year #F1 the wiki gives for the athlete's team #F2 and the population #F3 of" in marked
+    assert "the home city #F4 of the sports team whose" in marked and "of the team whose" in marked
+    assert question_spans(q, {}, ()) == {"N1": "Morse", "N2": "US"}  # no field phrases: no field spans
+
+
 def test_question_references_resolve_when_checked_in_a_state() -> None:
     ctx = ValidationContext(
         backends={"vision_expert": {"counting"}},

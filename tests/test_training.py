@@ -313,7 +313,7 @@ def _runs_by_id(tmp_path: Path, run_id: str) -> str:
 
 
 def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans() -> None:
-    from orchestra.agent.state import OrchestraState, ToolCard
+    from orchestra.agent.state import OrchestraState, ToolCard, validation_context
     from orchestra.backends.base import BackendCard
     from orchestra.schemas import DecisionSample
     from orchestra.tools.image import ImageCountObjects
@@ -358,6 +358,27 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
         "count the shapes of colour #C1 and type #S1 in #M1",
         "count the shapes of colour #C2 and type #S2 in #M1",
     ]
+    # a browse goal reads the field the question names: the k-th browse of a field takes its k-th key
+    browse = Delegate(
+        subtasks=[
+            SubTask(id=f"E{i}", goal=f"browse #E9 and read the field {f}", tools=["page_browser"])
+            for i, f in ((1, "born"), (2, "founded"), (3, "born"), (4, "height_m"))
+        ]
+    )
+    fields = {"F1": "born", "F2": "founded", "F3": "born"}
+    assert [st.goal.rsplit(" ", 1)[1] for st in span_refs(browse, fields).subtasks] == [
+        "#F1", "#F2", "#F3", "height_m"
+    ]  # fmt: skip
+    # with the page browser in the state, the knowledge base's field phrases are spans of the question
+    web = state.model_copy(
+        update={"question": "What is the birth year of Zegas?", "tools": [ToolCard(name="page_browser")]}
+    )
+    one = Delegate(
+        subtasks=[SubTask(id="E1", goal="browse #E9 and read the field born", tools=["page_browser"])]
+    )
+    assert "the birth year #F1 of Zegas #N1?" in view.messages(web, Params().agent)[1]["content"]
+    assert view.target(one, web).endswith("read the field #F1")
+    assert validation_context(web).spans == {"F1": "born", "N1": "Zegas"}
     sample = DecisionSample(
         sample_id="s", task_id="t", split="val", step_index=0, prompt=[], state=state.model_dump(mode="json"),
         decision=expert, completion="",

@@ -1,9 +1,11 @@
 """ReWOO-style references in decisions: `#M<n>` names the n-th modal input, `#E<n>` sub-task E<n>'s result,
-`#C<n>`, `#S<n>`, `#N<n>`, `#D<n>` the n-th span of its kind in the question (:func:`question_spans`: the
-n-th colour, shape, name or number named), so a policy points at a word instead of copying it."""
+`#C<n>`, `#S<n>`, `#N<n>`, `#D<n>`, `#F<n>` the n-th span of its kind in the question (:func:`question_spans`:
+the n-th colour, shape, name, number or knowledge-base field named), so a policy points at a word instead
+of copying it."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,9 +37,10 @@ REF_PATTERN = re.compile(r"#([EM])([1-9][0-9]*)(?![0-9A-Za-z_])")
 #: A question-span reference: ``#C2`` is the second colour the question names (:func:`question_spans`);
 #: any capital letter but ``E`` and ``M`` may be a span kind.
 SPAN_REF = re.compile(r"#([A-DF-LN-Z][1-9][0-9]*)(?![0-9A-Za-z_])")
-#: The span kinds that are not a tool's closed argument set: names (and quoted phrases), numbers.
-NAME_KIND, NUMBER_KIND = "N", "D"
-_RESERVED_KINDS = frozenset({"E", "M", NAME_KIND, NUMBER_KIND})
+#: The span kinds that are not a tool's closed argument set: names (and quoted phrases), numbers, and
+#: the phrases that name a knowledge-base field (:func:`question_spans`' ``phrases``).
+NAME_KIND, NUMBER_KIND, FIELD_KIND = "N", "D", "F"
+_RESERVED_KINDS = frozenset({"E", "M", NAME_KIND, NUMBER_KIND, FIELD_KIND})
 #: The shape every sub-task id must have, so that ``#E<n>`` can name it.
 SUBTASK_ID_PATTERN = re.compile(r"E[1-9][0-9]*")
 
@@ -149,18 +152,42 @@ def vocabulary_kinds(values: Mapping[str, Iterable[str]]) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _phrase_pattern(phrases: frozenset[str]) -> re.Pattern[str]:
+    """A field phrase as a question names a field: after ``the`` or a possessive (``the birth year of``,
+    ``the museum's city``), not an entity's description (``the city whose name ...``); longest first."""
+    alts = "|".join(re.escape(p) for p in sorted(phrases, key=lambda p: (-len(p), p)))
+    return re.compile(rf"(?:(?<=\bthe )|(?<='s )|(?<=' ))({alts})(?![\w-])(?! whose\b| with its\b)", re.I)
+
+
+def _phrase_matches(question: str, phrases: Mapping[str, str]) -> dict[int, tuple[int, str]]:
+    """start -> (end, value) of each field phrase in ``question``."""
+    if not phrases:
+        return {}
+    values = {p.casefold(): v for p, v in phrases.items()}
+    found = _phrase_pattern(frozenset(values)).finditer(question)
+    return {m.start(): (m.end(), values[m.group(1).casefold()]) for m in found}
+
+
 def _span_matches(
-    question: str, vocabulary: Mapping[str, str], plain: Collection[str]
+    question: str, vocabulary: Mapping[str, str], plain: Collection[str], phrases: Mapping[str, str]
 ) -> list[tuple[int, int, str, str]]:
     """``(start, end, value, kind)`` of every span occurrence in ``question``, in order (see
     question_spans)."""
     vocab = {v.casefold(): (v, kind) for v, kind in vocabulary.items()}
     plain = {w.casefold() for w in plain}
+    fields = _phrase_matches(question, phrases)
     out: list[tuple[int, int, str, str]] = []
     tokens = list(_SPAN_TOKEN.finditer(question))
     k = 0
     while k < len(tokens):
         m = tokens[k]
+        if m.start() in fields:  # a field phrase is one span; its words are no other span
+            end, value = fields[m.start()]
+            out.append((m.start(), end, value, FIELD_KIND))
+            while k < len(tokens) and tokens[k].start() < end:
+                k += 1
+            continue
         if m.group("quoted") is not None:
             out.append((m.start(), m.end(), m.group("quoted").strip(), NAME_KIND))
             k += 1
@@ -200,7 +227,10 @@ def _keys(matches: Iterable[tuple[int, int, str, str]]) -> list[str]:
 
 
 def question_spans(
-    question: str, vocabulary: Mapping[str, str] | None = None, plain: Collection[str] = ()
+    question: str,
+    vocabulary: Mapping[str, str] | None = None,
+    plain: Collection[str] = (),
+    phrases: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The spans of ``question`` by the key that names them, ``#C1`` naming the first colour: each
     kind numbered on its own, every occurrence in order (a colour named twice has two keys, so the
@@ -208,18 +238,23 @@ def question_spans(
     names (runs of capitalised words not opening a sentence, none of them a word of ``plain``: e.g.
     'Morse' and 'DTMF', which the goal grammar spells itself), ``D`` numbers, and the words of
     ``vocabulary`` (value -> kind, :func:`vocabulary_kinds`: the closed argument values of the tools,
-    e.g. colour and shape names; a plural ``-s`` is dropped, so the value is the tool's own word).
+    e.g. colour and shape names; a plural ``-s`` is dropped, so the value is the tool's own word), and
+    ``F`` the phrases of ``phrases`` (phrase -> the knowledge-base field key it names, e.g. ``birth
+    year`` -> ``born``; the span's value is the key) where the question names a field with them.
     Numbering by kind keeps a colour's key when a name or a number comes before it. A deterministic
     function of the question, so a policy, its training targets and the runtime agree on the keys."""
-    matches = _span_matches(question, vocabulary or {}, plain)
+    matches = _span_matches(question, vocabulary or {}, plain, phrases or {})
     return {key: m[2] for key, m in zip(_keys(matches), matches, strict=True)}
 
 
 def mark_question(
-    question: str, vocabulary: Mapping[str, str] | None = None, plain: Collection[str] = ()
+    question: str,
+    vocabulary: Mapping[str, str] | None = None,
+    plain: Collection[str] = (),
+    phrases: Mapping[str, str] | None = None,
 ) -> str:
     """``question`` with each span occurrence followed by its key: ``the yellow #C1 squares #S1``."""
-    matches = _span_matches(question, vocabulary or {}, plain)
+    matches = _span_matches(question, vocabulary or {}, plain, phrases or {})
     out, last = [], 0
     for key, (_start, end, _value, _kind) in zip(_keys(matches), matches, strict=True):
         out += [question[last:end], f" #{key}"]

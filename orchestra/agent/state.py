@@ -14,11 +14,12 @@ from orchestra.agent.decision import Format, ValidationContext
 from orchestra.agent.memory import Evidence, TokenCounter, compress, render_evidence
 from orchestra.agent.refs import mark_question, modal_key, question_spans, vocabulary_kinds
 from orchestra.backends.base import BackendCard
-from orchestra.backends.goals import goal_phrases
+from orchestra.backends.goals import ACTIONS, goal_phrases
 from orchestra.errors import OrchestraError
 from orchestra.schemas import ModalInput
 from orchestra.text import count_tokens, format_value
 from orchestra.tools.base import Tool
+from orchestra.world.catalogue import field_phrases
 
 __all__ = [
     "STYLES",
@@ -152,11 +153,14 @@ def _grammar_words() -> frozenset[str]:
     return frozenset(w for ps in goal_phrases().values() for p in ps for w in re.findall(r"[a-z]+", p))
 
 
-def span_lexicon(state: OrchestraState) -> tuple[dict[str, str], frozenset[str]]:
+def span_lexicon(state: OrchestraState) -> tuple[dict[str, str], frozenset[str], Mapping[str, str]]:
     """What :func:`~orchestra.agent.refs.question_spans` reads besides the question: every closed-set
-    argument value of the state's tools with its span kind, and the words of the goal grammar (never
-    a name)."""
-    return vocabulary_kinds({k: v for t in state.tools for k, v in t.values.items()}), _grammar_words()
+    argument value of the state's tools with its span kind, the words of the goal grammar (never a
+    name), and where the state has the page browser the knowledge base's field phrases (``birth
+    year`` -> ``born``: the schema a web expert reads fields by; a browse goal names ``#F2``)."""
+    vocabulary = vocabulary_kinds({k: v for t in state.tools for k, v in t.values.items()})
+    browses = any(t.name == ACTIONS["browse"][1] for t in state.tools)
+    return vocabulary, _grammar_words(), field_phrases() if browses else {}
 
 
 _JSON_RULES = """Reply with exactly one JSON object and nothing else, either

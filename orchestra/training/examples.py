@@ -17,7 +17,7 @@ from orchestra.agent.decision import (
 )
 from orchestra.agent.refs import REF_PATTERN
 from orchestra.agent.state import OrchestraState, Style, render_state, validation_context
-from orchestra.backends.goals import GoalError, parse_goal, perception_goal
+from orchestra.backends.goals import GoalError, browse_goal, parse_goal, perception_goal
 from orchestra.config import AgentParams
 from orchestra.io import read_jsonl
 from orchestra.schemas import DecisionSample, Delegate, Finish
@@ -70,7 +70,8 @@ def target_texts(view: PolicyView, samples: Iterable[DecisionSample]) -> set[str
 
 def span_refs(action: Action, spans: Mapping[str, str]) -> Action:
     """``action`` as a policy that reads marked questions writes it: each perception argument that is
-    a question span (a chart label, a colour, a shape) becomes the reference naming it (``#C1``).
+    a question span (a chart label, a colour, a shape) becomes the reference naming it (``#C1``), and
+    so does each field a browse goal reads that the question names (``read the field #F2``).
     A value the question names several times takes its occurrences' keys in turn, sub-task by
     sub-task (the plan's order follows the question's), the last one again when they run out.
     Resolving the references (decision.resolve_spans) gives ``action`` back."""
@@ -85,6 +86,10 @@ def span_refs(action: Action, spans: Mapping[str, str]) -> Action:
             goal = parse_goal(st.goal)
         except GoalError:
             goal = None
+        if goal is not None and goal.kind == "browse" and (refs := keys.get(goal.meta["field"])):
+            ref = refs.pop(0) if len(refs) > 1 else refs[0]
+            out.append(st.model_copy(update={"goal": browse_goal(goal.args["url"], ref)}))
+            continue
         if goal is None or goal.perception is None or goal.modal is None:
             out.append(st)
             continue

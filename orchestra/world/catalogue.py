@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,18 @@ TYPES: tuple[EType, ...] = (
 # fmt: on
 
 TYPES_BY_NAME: dict[str, EType] = {t.name: t for t in TYPES}
+
+
+@functools.cache
+def field_phrases() -> Mapping[str, str]:
+    """The knowledge base's field schema as questions name it: each attribute's and relation's noun
+    -> its key (``birth year`` -> ``born``), one key per noun."""
+    out: dict[str, str] = {}
+    for t in TYPES:
+        for f in (*t.attrs, *t.rels):
+            if out.setdefault(f.noun, f.key) != f.key:
+                raise ValueError(f"the field noun {f.noun!r} names both {out[f.noun]!r} and {f.key!r}")
+    return MappingProxyType(out)
 
 
 def types_for(category: str) -> list[EType]:
