@@ -236,6 +236,9 @@ def test_references_are_substituted_and_inputs_are_private() -> None:
     assert seen["E4"].raw_goal == "join #E2 and #E3 and #E9" and seen["E4"].values["E9"] == 7
     assert ev["E4"].value == "join double 21, 2 and halve 21, 2 and 7"
     assert set(seen["E4"].dependencies) == {"E2", "E3", "E0x"}
+    # each item keeps its sub-task as the decision wrote it (what a redo line runs again)
+    assert ev["E4"].planned_goal == "join #E2 and #E3 and #E9" and ev["E4"].planned() == nodes[3]
+    assert ev["E1"].planned().goal == "read #M1"
 
 
 def test_unresolvable_reference_and_failed_prior_dependency() -> None:

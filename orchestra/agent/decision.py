@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestra.agent.graph import GraphError, check_nodes
+from orchestra.agent.redo import expand_redo
 from orchestra.agent.refs import SUBTASK_ID_PATTERN, Ref, ReferenceError_, find_refs, substitute_spans
 from orchestra.errors import OrchestraError
 from orchestra.schemas import Delegate, Finish, MaestroSearch, SubTask, brief
@@ -27,6 +28,7 @@ __all__ = [
     "ValidationContext",
     "parse_decision",
     "render_decision",
+    "resolve",
     "resolve_spans",
     "search_to_delegate",
     "validate_decision",
@@ -96,7 +98,7 @@ Action = Delegate | Finish | MaestroSearch
 class ValidationContext:
     """What a decision is checked against: the backend pool (name -> skills), the tool names, the
     number of modal inputs, the ids of existing evidence and which of those succeeded, the spans of
-    the question."""
+    the question, and each evidence item's sub-task as planned (what a ``redo`` line runs again)."""
 
     backends: Mapping[str, Collection[str]] = field(default_factory=dict)
     tools: Collection[str] = frozenset()
@@ -104,6 +106,7 @@ class ValidationContext:
     evidence_ids: Collection[str] = frozenset()
     ok_ids: Collection[str] | None = None  # None: every evidence id has a value
     spans: Mapping[str, str] = field(default_factory=dict)  # '#C1' -> its span (refs.question_spans)
+    planned: Mapping[str, SubTask] = field(default_factory=dict)  # evidence id -> Evidence.planned()
 
     def resolvable(self) -> Collection[str]:
         return self.evidence_ids if self.ok_ids is None else self.ok_ids
@@ -323,8 +326,8 @@ def parse_decision(
     the first decodable object); unquoted numeric answers become strings; '#M1'/'#E1' in
     modalities/depends_on are read as 'M1'/'E1'. Maestro: the first ``<search>``/``<answer>`` tag;
     a missing closing tag at the end of the text is tolerated. With ``context`` the action is also
-    checked by :func:`validate_decision`, after its span references (``#C1``) are replaced by the
-    question spans they name (:func:`resolve_spans`).
+    checked by :func:`validate_decision`, after its ``redo`` lines are expanded and its span
+    references (``#C1``) are replaced by the question spans they name (:func:`resolve`).
     """
     if fmt == "json":
         action = _parse_json(text)
@@ -336,10 +339,21 @@ def parse_decision(
         raise ValueError(f"unknown decision format {fmt!r}; valid: json, maestro, lines")
     if isinstance(action, ParseError) or context is None:
         return action
-    action = resolve_spans(action, context.spans)
+    action = resolve(action, context)
     if isinstance(action, ParseError):
         return action
     return validate_decision(action, context) or action
+
+
+def resolve(action: Action, ctx: ValidationContext) -> Action | ParseError:
+    """``action`` as the runtime runs it in ``ctx``'s state: ``redo`` placeholders expanded into the
+    sub-tasks they stand for (agent/redo.py), then span references resolved (:func:`resolve_spans`)."""
+    if isinstance(action, Delegate):
+        try:
+            action = expand_redo(action, ctx.planned)
+        except ReferenceError_ as e:
+            return _err(ErrorKind.UNKNOWN_REFERENCE, str(e))
+    return resolve_spans(action, ctx.spans)
 
 
 def resolve_spans(action: Action, spans: Mapping[str, str]) -> Action | ParseError:

@@ -9,10 +9,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestra.agent.refs import SUBTASK_ID_PATTERN
 from orchestra.errors import OrchestraError
 from orchestra.schemas import SubTask
 
-__all__ = ["Batch", "GraphError", "TaskGraph", "check_nodes", "find_cycle", "natural_key"]
+__all__ = ["Batch", "GraphError", "TaskGraph", "check_nodes", "find_cycle", "natural_key", "tree_mapping"]
 
 GraphErrorKind = Literal["duplicate_id", "unknown_dependency", "cycle"]
 
@@ -29,6 +30,36 @@ class GraphError(OrchestraError):
 def natural_key(node_id: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders 'E2' before 'E10' (digits compare as numbers)."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", node_id) if p)
+
+
+def _number(sid: str) -> int:
+    return int(sid[1:]) if SUBTASK_ID_PATTERN.fullmatch(sid) else 0
+
+
+def tree_mapping(deps: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """Old id -> tree id for the graph ``deps`` (id -> its dependencies, in operand order), in
+    pre-order: roots (ids nothing depends on) by their old number, then each node's dependencies
+    (the i-th dependency of ``E<p>`` is ``E<p><i>``; training/tree_ids.py). The keys' order is the
+    visiting order. Raises ValueError when the tree ids would collide (a node with more than nine
+    dependencies, more than nine roots)."""
+    depended = {d for ds in deps.values() for d in ds}
+    roots = sorted((n for n in deps if n not in depended), key=_number)
+    out: dict[str, str] = {}
+
+    def visit(node: str, name: str) -> None:
+        out[node] = name
+        for k, child in enumerate(deps[node], 1):
+            if child in deps and child not in out:
+                visit(child, f"{name}{k}")
+
+    for k, root in enumerate(roots, 1):
+        visit(root, f"E{k}")
+    for node in sorted(deps, key=_number):  # a cycle's nodes are no root's descendants
+        if node not in out:
+            out[node] = f"E{len(roots) + 1}{len(out)}"
+    if len(set(out.values())) != len(out) or any(len(d) > 9 for d in deps.values()) or len(roots) > 9:
+        raise ValueError(f"tree ids collide for {dict(deps)}")
+    return out
 
 
 def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str] | None:

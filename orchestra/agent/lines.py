@@ -7,13 +7,16 @@ A delegate is one line per sub-task, five fields and the goal::
 
 (id, backend or ``-`` for the runtime's choice — ``backend@skill`` to ask a skill —, tools joined
 by ``,`` or ``-``, modal inputs or ``-``, dependencies or ``-``, then the goal to the end of the
-line). A finish is ``= <answer>``. The JSON form says the same in about three times the tokens.
+line). A finish is ``= <answer>``. ``redo E12 vision_expert`` runs the state's sub-task ``E12`` again on
+``vision_expert`` and re-issues what depends on it (agent/redo.py: the parser's placeholder sub-task
+is expanded against the state). The JSON form says the same in about three times the tokens.
 """
 
 from __future__ import annotations
 
 from pydantic import ValidationError
 
+from orchestra.agent.redo import REDO, is_redo, redo_line
 from orchestra.schemas import Delegate, Finish, SubTask, brief
 
 __all__ = ["parse_lines", "render_lines"]
@@ -33,6 +36,9 @@ def render_lines(action: Delegate | Finish) -> str:
         return f"= {action.answer}"
     out = []
     for st in action.subtasks:
+        if is_redo(st):
+            out.append(f"{REDO} {st.id} {st.backend or '-'}")
+            continue
         backend = "-" if st.backend is None else st.backend + (f"@{st.skill}" if st.skill else "")
         fields = [st.id, backend, _field(st.tools), _field(st.modalities), _field(st.depends_on)]
         out.append(" ".join([*fields, " ".join(st.goal.split())]))
@@ -53,6 +59,14 @@ def parse_lines(text: str) -> Delegate | Finish | tuple[str, str]:
     subtasks = []
     for n, line in enumerate(lines, 1):
         parts = line.split(None, 5)
+        if parts[0] == REDO:
+            if len(parts) != 3:
+                return "bad_format", f"line {n}: expected 'redo id backend', got {line[:80]!r}"
+            try:
+                subtasks.append(redo_line(parts[1], None if parts[2] == "-" else parts[2]))
+            except ValidationError as e:
+                return "schema", f"line {n}: {brief(e)}"
+            continue
         if len(parts) < 6:
             return (
                 "bad_format",

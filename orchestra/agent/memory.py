@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestra.agent.refs import next_subtask_id
 from orchestra.backends.base import SubResult, ToolCall
 from orchestra.errors import OrchestraError
+from orchestra.schemas import SubTask
 from orchestra.text import ValueFormatError, count_tokens, format_value
 
 __all__ = [
@@ -65,6 +66,9 @@ class Evidence(BaseModel):
 
     id: str = Field(description="the sub-task id, E<n>; #E<n> resolves to ``value``")
     goal: str = Field(description="the goal as run (references substituted)")
+    planned_goal: str | None = Field(
+        None, description="the goal as the decision wrote it, where substituting its references changed it"
+    )
     status: Status
     value: Any = None
     claim: str = ""
@@ -73,6 +77,7 @@ class Evidence(BaseModel):
     backend: str | None = None
     tools: list[str] = Field(default_factory=list, description="the tool subset it was given")
     depends_on: list[str] = Field(default_factory=list)
+    modalities: list[str] = Field(default_factory=list, description="the modal inputs it was given")
     input_tokens: int = Field(0, ge=0)
     output_tokens: int = Field(0, ge=0)
     cost: float = Field(0.0, ge=0, description="backend price over all attempts (tools excluded)")
@@ -99,6 +104,18 @@ class Evidence(BaseModel):
     @property
     def total_cost(self) -> float:
         return self.cost + self.tool_cost
+
+    def planned(self) -> SubTask:
+        """The sub-task as the decision that created it wrote it (goal with its references), on the
+        backend that ran it: what re-running it asks for (agent.redo)."""
+        return SubTask(
+            id=self.id,
+            goal=self.planned_goal or self.goal,
+            modalities=list(self.modalities),
+            tools=list(self.tools),
+            backend=self.backend,
+            depends_on=list(self.depends_on),
+        )
 
     def to_result(self) -> SubResult:
         """A fresh SubResult copy of this evidence (what a dependant sub-agent is handed)."""

@@ -13,9 +13,10 @@ from orchestra.agent.decision import (
     ParseError,
     parse_decision,
     render_decision,
+    resolve,
 )
 from orchestra.agent.expert import ExpertMode, Routing, expert_decision
-from orchestra.agent.state import OrchestraState, Style, render_state
+from orchestra.agent.state import OrchestraState, Style, render_state, validation_context
 from orchestra.config import AgentParams
 from orchestra.errors import OrchestraError
 from orchestra.schemas import SolutionStep, Task
@@ -115,10 +116,16 @@ class ScriptedPolicy(Policy):
         self._next += 1
         return item
 
+    def _parse(self, text: str, state: OrchestraState) -> Action | ParseError:
+        """``text`` parsed, its redo lines and span references resolved in ``state`` (as an LM policy's
+        output is); the runtime validates it."""
+        parsed = parse_decision(text, fmt=self.fmt)
+        return parsed if isinstance(parsed, ParseError) else resolve(parsed, validation_context(state))
+
     def decide(self, state: OrchestraState) -> Action:
         item = self._pop()
         if isinstance(item, str):
-            parsed = parse_decision(item, fmt=self.fmt)
+            parsed = self._parse(item, state)
             if isinstance(parsed, ParseError):
                 raise DecisionError(parsed)
             return parsed
@@ -128,7 +135,7 @@ class ScriptedPolicy(Policy):
         item = self._pop()
         tin = sum(self.count_tokens(m["content"]) for m in messages)
         if isinstance(item, str):
-            parsed = parse_decision(item, fmt=self.fmt)
+            parsed = self._parse(item, state)
             error = str(parsed) if isinstance(parsed, ParseError) else None
             action = None if isinstance(parsed, ParseError) else parsed
             return PolicyReply(

@@ -27,6 +27,7 @@ __all__ = [
     "next_subtask_id",
     "question_spans",
     "ref_keys",
+    "rename_refs",
     "substitute",
     "substitute_spans",
     "vocabulary_kinds",
@@ -75,6 +76,19 @@ def next_subtask_id(ids: Iterable[str]) -> str:
     """The first id E<n> after the largest one in ``ids`` (others are ignored): E1 for none."""
     nums = [int(i[1:]) for i in ids if SUBTASK_ID_PATTERN.fullmatch(i)]
     return f"E{max(nums, default=0) + 1}"
+
+
+_BARE_ID = re.compile(r"(?<![#0-9A-Za-z_])E[1-9][0-9]*(?![0-9A-Za-z_])")
+
+
+def rename_refs(text: str, mapping: Mapping[str, str]) -> str:
+    """``text`` with its ``#E<n>`` references (and bare ids, as in ``E2 did not finish``) renamed by
+    ``mapping`` (old id -> new id; ids it does not name stay)."""
+    text = REF_PATTERN.sub(
+        lambda m: f"#{mapping.get('E' + m.group(2), 'E' + m.group(2))}" if m.group(1) == "E" else m.group(0),
+        text,
+    )
+    return _BARE_ID.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
 
 
 def find_refs(text: str) -> list[Ref]:

@@ -98,6 +98,7 @@ class _Run:
             backend=node.backend,
             tools=list(node.tools),
             depends_on=list(node.depends_on),
+            modalities=list(node.modalities),
             error=error,
             turn=self.turn,
         )
@@ -126,6 +127,7 @@ class _Run:
                 update={"error": f"cannot resolve goal: {e}", "start_s": self.now(), "end_s": self.now()}
             )
         base.goal = goal
+        base.planned_goal = node.goal if goal != node.goal else None
         start = self.now()
         status: Status = "failed"
         error = "no attempt made"

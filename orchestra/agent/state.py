@@ -145,6 +145,7 @@ def validation_context(state: OrchestraState) -> ValidationContext:
         evidence_ids=frozenset(e.id for e in state.context),
         ok_ids=frozenset(e.id for e in state.context if e.ok),
         spans=question_spans(state.question, *span_lexicon(state)),
+        planned={e.id: e.planned() for e in state.context},
     )
 
 

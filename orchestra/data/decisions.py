@@ -24,6 +24,7 @@ import numpy as np
 from orchestra.agent.decision import Action, render_decision
 from orchestra.agent.expert import ExpertError, expert_decision
 from orchestra.agent.memory import Evidence
+from orchestra.agent.refs import find_refs, rename_refs
 from orchestra.agent.state import OrchestraState, history_from_evidence, render_state
 from orchestra.config import AgentParams
 from orchestra.schemas import DecisionSample, Delegate, SolutionStep, Trajectory, VerifiedSample
@@ -148,7 +149,12 @@ def _shift(e: Evidence, offset: int) -> Evidence:
     def n(i: str) -> str:
         return f"E{int(i[1:]) + offset}"
 
-    return e.model_copy(update={"id": n(e.id), "depends_on": [n(d) for d in e.depends_on]})
+    planned = e.planned_goal
+    if planned is not None:
+        planned = rename_refs(planned, {r.key: n(r.key) for r in find_refs(planned) if r.kind == "E"})
+    return e.model_copy(
+        update={"id": n(e.id), "depends_on": [n(d) for d in e.depends_on], "planned_goal": planned}
+    )
 
 
 def _renumbered(state: OrchestraState, rng: np.random.Generator) -> OrchestraState | None:

@@ -13,8 +13,9 @@ from orchestra.agent.decision import (
     ParseError,
     parse_decision,
     render_decision,
-    resolve_spans,
+    resolve,
 )
+from orchestra.agent.redo import expand_redo, redo_line
 from orchestra.agent.refs import REF_PATTERN
 from orchestra.agent.state import OrchestraState, Style, render_state, validation_context
 from orchestra.backends.goals import GoalError, browse_goal, parse_goal, perception_goal
@@ -27,6 +28,7 @@ __all__ = [
     "PolicyView",
     "canonical",
     "load_samples",
+    "redo_refs",
     "score_decisions",
     "span_refs",
     "structure",
@@ -57,7 +59,10 @@ class PolicyView:
         )
 
     def target(self, decision: Action, state: OrchestraState) -> str:
-        """The text the policy should write for ``decision`` in ``state``."""
+        """The text the policy should write for ``decision`` in ``state`` (in the ``marked`` style
+        span references, and in ``lines`` a re-plan that reruns results as ``redo`` lines)."""
+        if self.style == "marked" and self.fmt == "lines":
+            decision = redo_refs(decision, state)
         if self.style == "marked":
             decision = span_refs(decision, validation_context(state).spans)
         return render_decision(decision, self.fmt)
@@ -66,6 +71,33 @@ class PolicyView:
 def target_texts(view: PolicyView, samples: Iterable[DecisionSample]) -> set[str]:
     """The target text of every sample (the ``seen`` set of the exact rate on unseen targets)."""
     return {view.target(s.decision, OrchestraState.model_validate(s.state)) for s in samples}
+
+
+def redo_refs(action: Action, state: OrchestraState) -> Action:
+    """``action`` as ``redo`` lines (agent/redo.py) where it is exactly what they stand for in
+    ``state``: each sub-task of the batch that depends on none of the batch is an evidence item's
+    sub-task as planned (the newest such item), and expanding those redos gives ``action`` back
+    (:func:`canonical`); any other action as it is."""
+    if not isinstance(action, Delegate) or not state.context:
+        return action
+    ctx = validation_context(state)
+    batch = {st.id for st in action.subtasks}
+    redos = []
+    for st in action.subtasks:
+        if set(st.depends_on) & batch:
+            continue
+        same = [
+            e.id
+            for e in reversed(state.context)
+            if (p := ctx.planned[e.id]).goal == st.goal
+            and p.tools == st.tools
+            and p.modalities == st.modalities
+        ]
+        if not same:
+            return action
+        redos.append(redo_line(same[0], st.backend))
+    short = Delegate(subtasks=redos)
+    return short if canonical(expand_redo(short, ctx.planned)) == canonical(action) else action
 
 
 def span_refs(action: Action, spans: Mapping[str, str]) -> Action:
@@ -188,7 +220,7 @@ def score_decisions(
         checked = parse_decision(text, fmt=fmt, context=ctx) if ok else parsed
         valid = not isinstance(checked, ParseError)
         if ok:
-            resolved = resolve_spans(parsed, ctx.spans)  # type: ignore[arg-type]
+            resolved = resolve(parsed, ctx)  # type: ignore[arg-type]
             parsed = parsed if isinstance(resolved, ParseError) else resolved
         expert = sample.decision
         rows.append(

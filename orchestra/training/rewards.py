@@ -26,7 +26,7 @@ from orchestra.agent.decision import (
     Format,
     ParseError,
     parse_decision,
-    resolve_spans,
+    resolve,
     search_to_delegate,
     validate_decision,
 )
@@ -116,7 +116,7 @@ def rubric(text: str, state: OrchestraState, expert: Action, fmt: Format = "line
     if isinstance(action, ParseError):
         return RubricScores(0.0, 0.0, 0.0, 0.0, reason=str(action))
     ctx = validation_context(state)
-    resolved = resolve_spans(action, ctx.spans)
+    resolved = resolve(action, ctx)
     if isinstance(resolved, ParseError):
         return RubricScores(1.0, 0.0, 0.0, 0.0, reason=str(resolved))
     action = resolved

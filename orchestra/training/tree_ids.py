@@ -13,60 +13,19 @@ does not depend on ids)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from orchestra.agent.refs import REF_PATTERN, SUBTASK_ID_PATTERN
+from orchestra.agent.graph import tree_mapping
+from orchestra.agent.refs import rename_refs
 from orchestra.agent.state import OrchestraState
 from orchestra.schemas import DecisionSample, Delegate, Finish
 
 __all__ = ["tree_ids", "tree_mapping"]
 
 R = TypeVar("R", bound=BaseModel)
-
-
-def _number(sid: str) -> int:
-    return int(sid[1:]) if SUBTASK_ID_PATTERN.fullmatch(sid) else 0
-
-
-def tree_mapping(deps: Mapping[str, list[str]]) -> dict[str, str]:
-    """Old id -> tree id for the graph ``deps`` (id -> its dependencies, in operand order), in
-    pre-order: roots (ids nothing depends on) by their old number, then each node's dependencies.
-    The keys' order is the visiting order. Raises ValueError when the tree ids would collide (a
-    node with more than nine dependencies, more than nine roots)."""
-    depended = {d for ds in deps.values() for d in ds}
-    roots = sorted((n for n in deps if n not in depended), key=_number)
-    out: dict[str, str] = {}
-
-    def visit(node: str, name: str) -> None:
-        out[node] = name
-        for k, child in enumerate(deps[node], 1):
-            if child in deps and child not in out:
-                visit(child, f"{name}{k}")
-
-    for k, root in enumerate(roots, 1):
-        visit(root, f"E{k}")
-    for node in sorted(deps, key=_number):  # a cycle's nodes are no root's descendants
-        if node not in out:
-            out[node] = f"E{len(roots) + 1}{len(out)}"
-    if len(set(out.values())) != len(out) or any(len(d) > 9 for d in deps.values()) or len(roots) > 9:
-        raise ValueError(f"tree ids collide for {dict(deps)}")
-    return out
-
-
-_BARE_ID = re.compile(r"(?<![#0-9A-Za-z_])E[1-9][0-9]*(?![0-9A-Za-z_])")
-
-
-def _rename(text: str, mapping: Mapping[str, str]) -> str:
-    """``#E<n>`` references renamed (and bare ids, as in ``E2 did not finish``)."""
-    text = REF_PATTERN.sub(
-        lambda m: f"#{mapping.get('E' + m.group(2), 'E' + m.group(2))}" if m.group(1) == "E" else m.group(0),
-        text,
-    )
-    return _BARE_ID.sub(lambda m: mapping.get(m.group(0), m.group(0)), text)
 
 
 def _renamed(record: R, mapping: Mapping[str, str], id_key: str, texts: tuple[str, ...]) -> R:
@@ -76,7 +35,7 @@ def _renamed(record: R, mapping: Mapping[str, str], id_key: str, texts: tuple[st
     for key in (id_key, *texts):
         value = getattr(record, key)
         if value is not None:
-            update[key] = mapping.get(value, value) if key == id_key else _rename(value, mapping)
+            update[key] = mapping.get(value, value) if key == id_key else rename_refs(value, mapping)
     return record.model_copy(update=update)
 
 
@@ -97,7 +56,7 @@ def tree_ids(sample: DecisionSample) -> DecisionSample:
     except ValueError:
         return sample
 
-    context = [_renamed(e, mapping, "id", ("goal", "error")) for e in state.context]
+    context = [_renamed(e, mapping, "id", ("goal", "planned_goal", "error")) for e in state.context]
     history = [_renamed(h, mapping, "subtask_id", ("goal", "note")) for h in state.history]
     state = state.model_copy(update={"context": context, "history": history})
     if isinstance(decision, Delegate):
@@ -105,5 +64,5 @@ def tree_ids(sample: DecisionSample) -> DecisionSample:
         subtasks = sorted(new, key=lambda st: order.index(st.id))
         decision = Delegate(subtasks=[_renamed(st, mapping, "id", ("goal",)) for st in subtasks])
     elif isinstance(decision, Finish):
-        decision = Finish(answer=_rename(decision.answer, mapping))
+        decision = Finish(answer=rename_refs(decision.answer, mapping))
     return sample.model_copy(update={"state": state.model_dump(mode="json"), "decision": decision})
