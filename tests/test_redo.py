@@ -33,7 +33,8 @@ def _state() -> OrchestraState:
         modal_inputs=[{"id": "i", "path": "i.png", "type": "image"}],
         context=context,
         tools=[ToolCard(name="code_executor"), ToolCard(name="image_count_objects")],
-        backends=[card.model_copy(update={"name": n}) for n in ("vision_fast", "vision_expert", "code_expert")],  # noqa: E501
+        backends=[card.model_copy(update={"name": n}) for n in ("vision_fast", "vision_expert")]
+        + [card.model_copy(update={"name": "code_expert", "skills": {"code": 1.0}})],
         unsure_below=0.6,
     )  # fmt: skip
 
@@ -72,6 +73,7 @@ def test_a_redo_line_reruns_the_result_and_reissues_the_path_above_it() -> None:
         ("redo E9 vision_expert", ErrorKind.UNKNOWN_REFERENCE),  # no such result in the state
         ("redo E112", ErrorKind.BAD_FORMAT),
         ("redo E112 nobody", ErrorKind.UNKNOWN_BACKEND),  # the expanded delegate is validated
+        ("redo E112 code_expert", ErrorKind.UNKNOWN_SKILL),  # no skill of vision_fast's: it would be refused
     ]:
         out = parse_decision(text, fmt="lines", context=ctx)
         assert isinstance(out, ParseError) and out.kind == kind, (text, out)

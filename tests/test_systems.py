@@ -27,6 +27,7 @@ from orchestra.schemas import (
     Trajectory,
     read_tasks_json,
 )
+from orchestra.text import format_value
 from orchestra.tools.base import Tool
 
 
@@ -170,6 +171,25 @@ def test_parallel_sub_agents_share_nothing_mutable(branchy: Task, env: Environme
     assert ev["E3"].claim == ev["E4"].claim == "([], [['from E1']])"  # E3's mutation never reached E4
     assert ev["E1"].value == ["from E1"]
     assert branchy.omni_modal_input[0].path != "/mutated"
+
+
+def test_a_redo_line_reruns_a_result_and_what_depends_on_it(branchy: Task, env: Environment) -> None:
+    pool = BackendRegistry([_Mutator("mut", {"reasoning": 1.0}), _Mutator("mut2", {"reasoning": 1.0})])
+    e2 = Environment(tools=env.tools, backends=pool, agent=env.agent, media_root=env.media_root)
+    plan = Delegate(
+        subtasks=[
+            SubTask(id="E1", goal="first #M1", backend="mut", modalities=["M1"]),
+            SubTask(id="E2", goal="uses #E1", backend="mut", depends_on=["E1"]),
+        ]
+    )
+    script = [plan, "redo E1 mut2", Finish(answer="#E4")]
+    traj = run_task_sync(branchy, "orchestra", ScriptedPolicy(script, fmt="lines"), e2)
+    ev = {e.id: e for e in evidence_of(traj)}
+    # E1 again on mut2 (E3, its modal input kept), E2 re-issued on E3 (E4): the tree ids E2/E21
+    # would collide with the state's E2, so the ids after the largest
+    assert (ev["E3"].backend, ev["E3"].goal, ev["E3"].modalities) == ("mut2", ev["E1"].goal, ["M1"])
+    assert ev["E4"].planned_goal == "uses #E3" and ev["E4"].depends_on == ["E3"]
+    assert ev["E4"].claim == "([], [['from E3']])" and traj.answer == format_value(["from E4"])
 
 
 def test_invalid_and_failed_decisions_are_recorded(branchy: Task, env: Environment) -> None:

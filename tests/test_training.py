@@ -398,11 +398,24 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
         Evidence(id="E1", goal=count, status="ok", value=3, confidence=c, backend="vision_fast")
         for c in (0.4, 0.9)
     ]
-    unsure = state.model_copy(update={"context": seen[:1], "unsure_below": 0.6})
-    sure = state.model_copy(update={"context": seen[1:], "unsure_below": 0.6})
-    assert view.messages(unsure, Params().agent)[1]["content"].splitlines()[2].endswith("= 3 c0.40?")
-    assert view.messages(sure, Params().agent)[1]["content"].splitlines()[2].endswith("= 3 c0.90")
+    strong = state.backends[0].model_copy(update={"name": "vision_expert", "price_per_call": 0.004})
+    pool = [*state.backends, strong]
+    unsure = state.model_copy(update={"context": seen[:1], "unsure_below": 0.6, "backends": pool})
+    sure = state.model_copy(update={"context": seen[1:], "unsure_below": 0.6, "backends": pool})
+
+    def lines(s: OrchestraState) -> list[str]:
+        return view.messages(s, Params().agent)[1]["content"].splitlines()
+
+    assert lines(unsure)[2].endswith("= 3 c0.40?") and lines(sure)[2].endswith("= 3 c0.90")
     assert "c0.40?" not in PolicyView(style="bare").messages(unsure, Params().agent)[1]["content"]
+    # marked only where it can run again on a backend at least as strong: not with vision_fast alone,
+    # nor once vision_expert has run it too (both unsure: the expert accepts the surer)
+    assert lines(unsure.model_copy(update={"backends": state.backends}))[2].endswith("= 3 c0.40")
+    again = seen[0].model_copy(update={"id": "E2", "backend": "vision_expert", "confidence": 0.5})
+    assert [x[-5:] for x in lines(unsure.model_copy(update={"context": [seen[0], again]}))[2:4]] == [
+        "c0.40",
+        "c0.50",
+    ]
 
 
 def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_question_reads() -> None:

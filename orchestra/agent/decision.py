@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestra.agent.graph import GraphError, check_nodes
-from orchestra.agent.redo import expand_redo
+from orchestra.agent.redo import expand_redo, is_redo
 from orchestra.agent.refs import SUBTASK_ID_PATTERN, Ref, ReferenceError_, find_refs, substitute_spans
 from orchestra.errors import OrchestraError
 from orchestra.schemas import Delegate, Finish, MaestroSearch, SubTask, brief
@@ -347,8 +347,22 @@ def parse_decision(
 
 def resolve(action: Action, ctx: ValidationContext) -> Action | ParseError:
     """``action`` as the runtime runs it in ``ctx``'s state: ``redo`` placeholders expanded into the
-    sub-tasks they stand for (agent/redo.py), then span references resolved (:func:`resolve_spans`)."""
+    sub-tasks they stand for (agent/redo.py), then span references resolved (:func:`resolve_spans`).
+    A redo on a backend that shares no skill with the one the result came from cannot run (its
+    sub-agent would refuse the goal): ``unknown_skill``."""
     if isinstance(action, Delegate):
+        for st in action.subtasks:
+            ran = ctx.planned[st.id].backend if is_redo(st) and st.id in ctx.planned else None
+            if (
+                ran in ctx.backends
+                and st.backend in ctx.backends
+                and not ctx.backends[ran] & ctx.backends[st.backend]
+            ):
+                return _err(
+                    ErrorKind.UNKNOWN_SKILL,
+                    f"redo {st.id}: it ran on {ran} ({', '.join(sorted(ctx.backends[ran]))}); "
+                    f"{st.backend} has none of those skills",
+                )
         try:
             action = expand_redo(action, ctx.planned)
         except ReferenceError_ as e:

@@ -299,10 +299,27 @@ class _Style:
             return self.evidence
 
         def line(e: Evidence) -> str:
-            unsure = e.ok and e.confidence is not None and e.confidence < below
+            unsure = e.ok and e.confidence is not None and e.confidence < below and _can_escalate(e, state)
             return self.evidence(e) + ("?" if unsure else "")
 
         return line
+
+
+def _can_escalate(e: Evidence, state: OrchestraState) -> bool:
+    """Whether a backend that has not run ``e``'s goal is at least as strong, on a skill of the backend
+    that ran it, as every one that has: the expert's escalation rule (agent/expert.py) read from the
+    cards. An unsure result from the strongest backend on its skill is marked no more: there is
+    nothing to run it again on."""
+    levels = {b.name: b.skills for b in state.backends}
+    goal = " ".join(e.goal.split())
+    tried = {x.backend for x in state.context if x.backend and " ".join(x.goal.split()) == goal}
+    for skill, level in levels.get(e.backend or "", {}).items():
+        best = max(levels.get(b, {}).get(skill, 0.0) for b in tried)
+        if level > 0 and any(
+            n not in tried and 0 < have.get(skill, 0.0) >= best for n, have in levels.items()
+        ):
+            return True
+    return False
 
 
 _STYLES: dict[Style, _Style] = {
