@@ -312,9 +312,9 @@ def _can_escalate(e: Evidence, state: OrchestraState) -> bool:
     nothing to run it again on."""
     levels = {b.name: b.skills for b in state.backends}
     goal = " ".join(e.goal.split())
-    tried = {x.backend for x in state.context if x.backend and " ".join(x.goal.split()) == goal}
+    tried = {e.backend} | {x.backend for x in state.context if " ".join(x.goal.split()) == goal}
     for skill, level in levels.get(e.backend or "", {}).items():
-        best = max(levels.get(b, {}).get(skill, 0.0) for b in tried)
+        best = max(levels.get(b or "", {}).get(skill, 0.0) for b in tried)
         if level > 0 and any(
             n not in tried and 0 < have.get(skill, 0.0) >= best for n, have in levels.items()
         ):
