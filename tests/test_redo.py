@@ -4,6 +4,7 @@ from orchestra.agent.decision import ErrorKind, ParseError, parse_decision, rend
 from orchestra.agent.memory import Evidence
 from orchestra.agent.state import OrchestraState, ToolCard, validation_context
 from orchestra.backends.base import BackendCard
+from orchestra.config import Params
 from orchestra.schemas import Delegate, SubTask
 from orchestra.training.examples import PolicyView, canonical, redo_refs
 
@@ -69,8 +70,11 @@ def test_a_redo_line_reruns_the_result_and_reissues_the_path_above_it() -> None:
     assert isinstance(alone, Delegate) and [(s.id, s.goal, s.backend) for s in alone.subtasks] == [
         ("E2", "compute abs(#E11 - #E12)", "code_expert")
     ]
+    # the unsure E112 is the state's first (only) mark: '?1' names it
+    assert parse_decision("redo ?1 vision_expert", fmt="lines", context=ctx) == EXPERT
     for text, kind in [
         ("redo E9 vision_expert", ErrorKind.UNKNOWN_REFERENCE),  # no such result in the state
+        ("redo ?2 vision_expert", ErrorKind.UNKNOWN_REFERENCE),  # no second mark
         ("redo E112", ErrorKind.BAD_FORMAT),
         ("redo E112 nobody", ErrorKind.UNKNOWN_BACKEND),  # the expanded delegate is validated
         ("redo E112 code_expert", ErrorKind.UNKNOWN_SKILL),  # no skill of vision_fast's: it would be refused
@@ -82,10 +86,28 @@ def test_a_redo_line_reruns_the_result_and_reissues_the_path_above_it() -> None:
 def test_the_policy_writes_a_path_rebuild_as_a_redo_line_and_anything_else_in_full() -> None:
     state = _state()
     view = PolicyView()
-    assert view.target(EXPERT, state) == "redo E112 vision_expert"
+    assert view.target(EXPERT, state) == "redo ?1 vision_expert"
     assert redo_refs(EXPERT, state) == Delegate(
-        subtasks=[SubTask(id="E112", goal="redo", backend="vision_expert")]
+        subtasks=[SubTask(id="?1", goal="redo", backend="vision_expert")]
     )
+    assert "E112 ok vision_fast: count the shapes of colour blue and type any in #M1 = 1 c0.30 ?1" in (
+        view.messages(state, Params().agent)[1]["content"].splitlines()
+    )
+    # a result the marks do not name (E12 is sure) is named by its id
+    green = "count the shapes of colour green and type any in #M1"
+    e12 = Delegate(
+        subtasks=[
+            _sub("E2", "compute abs(#E11 - #E22)", "code_expert", ("E11", "E22")),
+            _sub("E22", green, "vision_expert"),
+        ]
+    )
+    assert view.target(e12, state) == "redo E12 vision_expert"
+    # a failed result that can run on a stronger backend is marked too, after the unsure one
+    failed = state.context[3].model_copy(update={"status": "failed", "value": None, "error": "no reading"})
+    both = state.model_copy(update={"context": [*state.context[:3], failed, state.context[4]]})
+    assert [ref for ref, _ in validation_context(both).marks.items()] == ["?1", "?2"]
+    assert validation_context(both).marks == {"?1": "E112", "?2": "E12"}
+    assert view.messages(both, Params().agent)[1]["content"].splitlines()[5].endswith("! no reading ?2")
     # a re-plan that is not exactly the rerun (another operator above it) stays in full
     times = _sub("E21", "compute #E111 * #E212", "code_expert", ("E111", "E212"))
     other = Delegate(subtasks=[EXPERT.subtasks[0], times, EXPERT.subtasks[2]])

@@ -391,7 +391,8 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     assert [r["valid"] for r in rows] == [True, True, True, False] and "#N9" in rows[3]["error"]
     assert rows[0]["unseen"] and not score_decisions([target], [sample], view, {target})[1][0]["unseen"]
 
-    # a result less sure than the runtime's escalation threshold is marked; the bare view shows no mark
+    # a result less sure than the runtime's escalation threshold is marked (?1, the first mark); the
+    # bare view shows no mark
     from orchestra.agent.memory import Evidence
 
     seen = [
@@ -406,8 +407,8 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     def lines(s: OrchestraState) -> list[str]:
         return view.messages(s, Params().agent)[1]["content"].splitlines()
 
-    assert lines(unsure)[2].endswith("= 3 c0.40?") and lines(sure)[2].endswith("= 3 c0.90")
-    assert "c0.40?" not in PolicyView(style="bare").messages(unsure, Params().agent)[1]["content"]
+    assert lines(unsure)[2].endswith("= 3 c0.40 ?1") and lines(sure)[2].endswith("= 3 c0.90")
+    assert "?1" not in PolicyView(style="bare").messages(unsure, Params().agent)[1]["content"]
     # marked only where it can run again on a backend at least as strong: not with vision_fast alone,
     # nor once vision_expert has run it too (both unsure: the expert accepts the surer)
     assert lines(unsure.model_copy(update={"backends": state.backends}))[2].endswith("= 3 c0.40")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestra.agent.graph import GraphError, check_nodes
-from orchestra.agent.redo import expand_redo, is_redo
+from orchestra.agent.redo import MARK_PATTERN, expand_redo, is_redo
 from orchestra.agent.refs import SUBTASK_ID_PATTERN, Ref, ReferenceError_, find_refs, substitute_spans
 from orchestra.errors import OrchestraError
 from orchestra.schemas import Delegate, Finish, MaestroSearch, SubTask, brief
@@ -98,7 +98,8 @@ Action = Delegate | Finish | MaestroSearch
 class ValidationContext:
     """What a decision is checked against: the backend pool (name -> skills), the tool names, the
     number of modal inputs, the ids of existing evidence and which of those succeeded, the spans of
-    the question, and each evidence item's sub-task as planned (what a ``redo`` line runs again)."""
+    the question, each evidence item's sub-task as planned (what a ``redo`` line runs again) and the
+    results marked to run again (``?1``: the name a redo line may give one)."""
 
     backends: Mapping[str, Collection[str]] = field(default_factory=dict)
     tools: Collection[str] = frozenset()
@@ -107,6 +108,7 @@ class ValidationContext:
     ok_ids: Collection[str] | None = None  # None: every evidence id has a value
     spans: Mapping[str, str] = field(default_factory=dict)  # '#C1' -> its span (refs.question_spans)
     planned: Mapping[str, SubTask] = field(default_factory=dict)  # evidence id -> Evidence.planned()
+    marks: Mapping[str, str] = field(default_factory=dict)  # '?1' -> the evidence id (state.redo_marks)
 
     def resolvable(self) -> Collection[str]:
         return self.evidence_ids if self.ok_ids is None else self.ok_ids
@@ -173,10 +175,11 @@ def _parse_json(text: str) -> Action | ParseError:
 
 
 def _normalise(d: Delegate) -> Delegate | ParseError:
-    """Check ids are E<n>; accept '#M1'/'#E1' for 'M1'/'E1' in modalities and depends_on."""
+    """Check ids are E<n> (a redo may name a mark, ``?1``); accept '#M1'/'#E1' for 'M1'/'E1' in
+    modalities and depends_on."""
     out = []
     for st in d.subtasks:
-        if not SUBTASK_ID_PATTERN.fullmatch(st.id):
+        if not (SUBTASK_ID_PATTERN.fullmatch(st.id) or is_redo(st) and MARK_PATTERN.fullmatch(st.id)):
             return _err(ErrorKind.BAD_ID, f"sub-task id {st.id!r} must look like E1, E2, ...")
         mods, deps = [], []
         for m in st.modalities:
@@ -346,12 +349,18 @@ def parse_decision(
 
 
 def resolve(action: Action, ctx: ValidationContext) -> Action | ParseError:
-    """``action`` as the runtime runs it in ``ctx``'s state: ``redo`` placeholders expanded into the
-    sub-tasks they stand for (agent/redo.py), then span references resolved (:func:`resolve_spans`).
-    A redo on a backend that shares no skill with the one the result came from cannot run (its
-    sub-agent would refuse the goal): ``unknown_skill``."""
+    """``action`` as the runtime runs it in ``ctx``'s state: ``redo`` placeholders (of an evidence id,
+    or of a mark, ``?1``) expanded into the sub-tasks they stand for (agent/redo.py), then span
+    references resolved (:func:`resolve_spans`). A redo on a backend that shares no skill with the one
+    the result came from cannot run (its sub-agent would refuse the goal): ``unknown_skill``."""
     if isinstance(action, Delegate):
+        subtasks = []
         for st in action.subtasks:
+            if is_redo(st) and MARK_PATTERN.fullmatch(st.id):
+                if st.id not in ctx.marks:
+                    why = f"redo {st.id}: the state marks {len(ctx.marks)} results"
+                    return _err(ErrorKind.UNKNOWN_REFERENCE, why)
+                st = st.model_copy(update={"id": ctx.marks[st.id]})
             ran = ctx.planned[st.id].backend if is_redo(st) and st.id in ctx.planned else None
             if (
                 ran in ctx.backends
@@ -363,8 +372,9 @@ def resolve(action: Action, ctx: ValidationContext) -> Action | ParseError:
                     f"redo {st.id}: it ran on {ran} ({', '.join(sorted(ctx.backends[ran]))}); "
                     f"{st.backend} has none of those skills",
                 )
+            subtasks.append(st)
         try:
-            action = expand_redo(action, ctx.planned)
+            action = expand_redo(action.model_copy(update={"subtasks": subtasks}), ctx.planned)
         except ReferenceError_ as e:
             return _err(ErrorKind.UNKNOWN_REFERENCE, str(e))
     return resolve_spans(action, ctx.spans)

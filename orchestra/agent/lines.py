@@ -9,7 +9,8 @@ A delegate is one line per sub-task, five fields and the goal::
 by ``,`` or ``-``, modal inputs or ``-``, dependencies or ``-``, then the goal to the end of the
 line). A finish is ``= <answer>``. ``redo E12 vision_expert`` runs the state's sub-task ``E12`` again on
 ``vision_expert`` and re-issues what depends on it (agent/redo.py: the parser's placeholder sub-task
-is expanded against the state). The JSON form says the same in about three times the tokens.
+is expanded against the state); ``redo ?1 vision_expert`` names the result the state marks ``?1``.
+The JSON form says the same in about three times the tokens.
 """
 
 from __future__ import annotations

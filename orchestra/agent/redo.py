@@ -11,16 +11,20 @@ runtime runs is an ordinary delegate, and what a policy is scored on is that del
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from orchestra.agent.graph import tree_mapping
 from orchestra.agent.refs import ReferenceError_, next_subtask_id, rename_refs
 from orchestra.schemas import Delegate, SubTask
 
-__all__ = ["REDO", "expand_redo", "is_redo", "redo_line"]
+__all__ = ["MARK_PATTERN", "REDO", "expand_redo", "is_redo", "redo_line"]
 
-#: the goal of a redo line's placeholder sub-task (its id is the evidence to run again)
+#: the goal of a redo line's placeholder sub-task (its id is the evidence to run again, or its mark)
 REDO = "redo"
+#: a mark the ``marked`` view puts on a result to run again (state.redo_marks), which a redo line may
+#: name instead of the evidence id (decision.resolve puts the id in)
+MARK_PATTERN = re.compile(r"\?[1-9][0-9]*")
 
 
 def redo_line(evidence_id: str, backend: str | None) -> SubTask:

@@ -146,6 +146,7 @@ def validation_context(state: OrchestraState) -> ValidationContext:
         ok_ids=frozenset(e.id for e in state.context if e.ok),
         spans=question_spans(state.question, *span_lexicon(state)),
         planned={e.id: e.planned() for e in state.context},
+        marks={f"?{n}": sid for n, sid in enumerate(redo_marks(state), 1)},
     )
 
 
@@ -294,15 +295,31 @@ class _Style:
 
     def line(self, state: OrchestraState) -> Callable[[Evidence], str]:
         """How this style writes one evidence item of ``state``."""
-        below = state.unsure_below
-        if not self.marks_unsure or below is None:
+        marks = {sid: n for n, sid in enumerate(redo_marks(state), 1)} if self.marks_unsure else {}
+        if not marks:
             return self.evidence
 
         def line(e: Evidence) -> str:
-            unsure = e.ok and e.confidence is not None and e.confidence < below and _can_escalate(e, state)
-            return self.evidence(e) + ("?" if unsure else "")
+            return self.evidence(e) + (f" ?{marks[e.id]}" if e.id in marks else "")
 
         return line
+
+
+def redo_marks(state: OrchestraState) -> list[str]:
+    """The evidence ids the ``marked`` style marks ``?1``, ``?2``, ... in the state's order, and a redo
+    line names by that mark (``redo ?1 vision_expert``, :func:`~orchestra.agent.decision.resolve`):
+    each result less sure than the state's ``unsure_below``, or failed or timed out, that a backend not
+    yet tried could run again (:func:`_can_escalate`; a skipped one never ran). None where
+    ``unsure_below`` is unset."""
+    below = state.unsure_below
+    if below is None:
+        return []
+    unsure = [
+        e
+        for e in state.context
+        if e.status in ("failed", "timeout") or (e.ok and e.confidence is not None and e.confidence < below)
+    ]
+    return [e.id for e in unsure if _can_escalate(e, state)]
 
 
 def _can_escalate(e: Evidence, state: OrchestraState) -> bool:
@@ -352,8 +369,9 @@ _STYLES["bare"] = _Style(
 )
 # bare, with each question span marked by the key that names it (#C1 the first colour, #N2 the second
 # name): the policy writes the reference and the runtime puts the span in (refs.question_spans), so
-# rare names need not be copied; and a result less sure than the state's unsure_below marked '?' (the
-# comparison is the runtime's).
+# rare names need not be copied; and each result the runtime would run again (less sure than the
+# state's unsure_below, or failed, with a stronger backend untried) marked '?1', '?2', the name a redo
+# line gives it, so no evidence id need be copied.
 _STYLES["marked"] = _Style(
     system=_STYLES["bare"].system,
     user=lambda state, ev, hist: _compact_user(state, ev, hist, marked=True),
@@ -388,9 +406,9 @@ def render_state(
     ``compact`` (names and numbers only: for a small trained policy) or ``minimal`` (compact with the
     pool reduced to names: for a policy trained on that pool) or ``bare`` (compact without the pool: for
     a policy trained on one fixed pool) or ``marked`` (bare, the question's spans marked with the
-    reference that names each, ``#C1`` the first colour, results less sure than ``unsure_below`` marked
-    ``?``). The fixed part (system prompt, question, modal inputs) is measured first; if it alone
-    exceeds the budget, backend/tool descriptions are dropped, and if that is still too long
+    reference that names each, ``#C1`` the first colour, results to run again marked ``?1``, ``?2``:
+    :func:`redo_marks`). The fixed part (system prompt, question, modal inputs) is measured first; if
+    it alone exceeds the budget, backend/tool descriptions are dropped, and if that is still too long
     :class:`ContextBudgetError` is raised. The rest of the budget goes to the context and history: the
     newest history entries that fit in a third are reserved, evidence is compressed into what is left,
     at most ``evidence_tokens`` (:func:`~orchestra.agent.memory.compress`), then history takes any

@@ -77,7 +77,8 @@ def redo_refs(action: Action, state: OrchestraState) -> Action:
     """``action`` as ``redo`` lines (agent/redo.py) where it is exactly what they stand for in
     ``state``: each sub-task of the batch that depends on none of the batch is an evidence item's
     sub-task as planned (the newest such item), and expanding those redos gives ``action`` back
-    (:func:`canonical`); any other action as it is."""
+    (:func:`canonical`); any other action as it is. A marked result is named by its mark (``redo ?1
+    vision_expert``: state.redo_marks), in the marks' order."""
     if not isinstance(action, Delegate) or not state.context:
         return action
     ctx = validation_context(state)
@@ -97,7 +98,13 @@ def redo_refs(action: Action, state: OrchestraState) -> Action:
             return action
         redos.append(redo_line(same[0], st.backend))
     short = Delegate(subtasks=redos)
-    return short if canonical(expand_redo(short, ctx.planned)) == canonical(action) else action
+    if canonical(expand_redo(short, ctx.planned)) != canonical(action):
+        return action
+    mark = {sid: ref for ref, sid in ctx.marks.items()}
+    order = list(ctx.marks)
+    named = [st.model_copy(update={"id": mark.get(st.id, st.id)}) for st in redos]
+    named.sort(key=lambda st: order.index(st.id) if st.id in order else len(order))
+    return Delegate(subtasks=named)
 
 
 def span_refs(action: Action, spans: Mapping[str, str]) -> Action:
