@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class OrchestraError(Exception):
     """Base of every error Orchestra raises deliberately."""
@@ -16,7 +18,16 @@ class RecordError(OrchestraError):
 
 
 class StageError(OrchestraError):
-    """A pipeline stage cannot run (unknown stage, missing upstream data, bad source)."""
+    """A pipeline stage cannot run (unknown stage, missing upstream data, bad source), or produced nothing."""
+
+    @classmethod
+    def empty(cls, stage: str, what: str, reasons: Mapping[str, int], top: int = 5) -> StageError:
+        """The error of a stage whose output has no rows: ``what`` it would have written, and its
+        ``top`` most frequent rejection reasons with their counts (``reasons``: reason -> count)."""
+        ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        listed = "; ".join(f"{n} x {r}" for r, n in ranked[:top]) or "no reasons recorded"
+        more = f" (+{len(ranked) - top} more reasons)" if len(ranked) > top else ""
+        return cls(f"{stage} produced no {what}: {listed}{more}")
 
 
 class WorldError(OrchestraError):

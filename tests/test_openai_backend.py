@@ -290,3 +290,80 @@ def test_serve_command_answers_on_loopback(tmp_path: Path) -> None:
             proc.kill()
             proc.wait(timeout=10)
         proc.stderr.close()
+
+
+def test_429_waits_what_retry_after_asks_then_succeeds() -> None:
+    import time
+
+    script = [{"status": 429, "content": "slow down", "headers": {"Retry-After": "0.6"}}, {"content": "ok"}]
+    responder = ScriptedResponder(script)
+    with start_server(responder) as srv:
+        client = OpenAIClient(srv.url, "m", timeout_s=5, max_retries=1, backoff_s=0.001)
+        t0 = time.perf_counter()
+        res = client.chat([{"role": "user", "content": "hi"}])
+        took = time.perf_counter() - t0
+    assert res.content == "ok" and len(responder.requests) == 2
+    assert took >= 0.6  # the header's wait, not the 1 ms backoff
+
+
+def test_5xx_retried_with_backoff_4xx_not_retried() -> None:
+    script = [{"status": 503}, {"status": 502}, {"content": "third time"}, {"status": 400, "content": "bad"}]
+    responder = ScriptedResponder(script)
+    with start_server(responder) as srv:
+        client = OpenAIClient(srv.url, "m", timeout_s=5, max_retries=2, backoff_s=0.001)
+        assert client.chat([{"role": "user", "content": "hi"}]).content == "third time"
+        with pytest.raises(LMError, match="HTTP 400"):
+            client.chat([{"role": "user", "content": "hi"}])
+    assert len(responder.requests) == 4  # the 400 was asked once
+
+
+def test_retries_give_up_with_the_last_error() -> None:
+    responder = ScriptedResponder([{"status": 500, "content": "down", "times": 0}])
+    with start_server(responder) as srv:
+        client = OpenAIClient(srv.url, "m", timeout_s=5, max_retries=2, backoff_s=0.001)
+        with pytest.raises(LMError, match="HTTP 500: .*down"):
+            client.chat([{"role": "user", "content": "hi"}])
+    assert len(responder.requests) == 3
+
+
+def test_request_carries_seed_tool_choice_and_the_configured_token_field() -> None:
+    from orchestra.backends.chat import client_for
+    from orchestra.config import ProviderSpec
+
+    responder = ScriptedResponder([{"content": "a"}, {"content": "b"}])
+    with start_server(responder) as srv:
+        spec = ProviderSpec(
+            kind="openai", base_url=srv.url, model="m", seed=5, token_param="max_completion_tokens"
+        )
+        client = client_for(spec, 77)
+        client.chat([{"role": "user", "content": "hi"}], [{"name": "web_search", "parameters": {}}])
+        plain = client_for(ProviderSpec(kind="openai", base_url=srv.url, model="m"), 77)
+        plain.chat([{"role": "user", "content": "hi"}])
+    first, second = responder.requests
+    assert first["seed"] == 5 and first["max_completion_tokens"] == 77 and "max_tokens" not in first
+    assert first["tool_choice"] == "auto" and first["tools"][0]["function"]["name"] == "web_search"
+    assert second["max_tokens"] == 77 and "seed" not in second and "tool_choice" not in second
+
+
+def test_vllm_is_no_provider_kind_and_says_what_to_use() -> None:
+    from orchestra.config import parse_params
+    from orchestra.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vllm serve MODEL .*kind 'openai'"):
+        parse_params({"providers": {"big": {"kind": "vllm", "model": "Qwen/Qwen3-8B"}}})
+
+
+def test_scripted_lines_with_match_answer_requests_in_any_order() -> None:
+    script = [
+        {"match": "extract", "content": "E", "times": 2},
+        {"match": "rewrite", "content": "R"},
+        {"content": "anything else"},
+    ]
+    responder = ScriptedResponder(script)
+    with start_server(responder) as srv:
+        client = OpenAIClient(srv.url, "m", timeout_s=5, max_retries=0)
+        said = [client.chat([{"role": "user", "content": w}]).content for w in ("rewrite", "extract", "x")]
+        said.append(client.chat([{"role": "user", "content": "extract"}]).content)
+        with pytest.raises(LMError, match="exhausted"):
+            client.chat([{"role": "user", "content": "rewrite"}])
+    assert said == ["R", "E", "anything else", "E"]

@@ -187,3 +187,22 @@ def test_every_off_path_kind_of_params_has_a_builder() -> None:
     from orchestra.data.decisions import OFF_PATH, RENDERINGS
 
     assert set(OFF_PATH) | set(RENDERINGS) == set(OFF_PATH_KINDS)
+
+
+def test_a_stage_that_keeps_nothing_fails_naming_its_reasons(small_world: Path, tmp_path: Path) -> None:
+    """No silent empty stage: every seed set aside is a StageError with the reasons counted, and the
+    stage's previous output stays as it was."""
+    import shutil
+
+    import pytest
+
+    from orchestra.errors import StageError
+
+    shutil.copytree(small_world, tmp_path / "seed_tasks", ignore=shutil.ignore_patterns("media"))
+    before = tmp_path / "anchor_facts" / "summary.json"
+    before.parent.mkdir()
+    before.write_text("{}\n")
+    n = len(read_tasks_json(tmp_path / "seed_tasks" / "tasks.json"))
+    with pytest.raises(StageError, match=rf"anchor_facts produced no anchor facts .*{n} x media file missing"):
+        build_anchor_facts(Params(), tmp_path)
+    assert before.read_text() == "{}\n" and not (tmp_path / "anchor_facts" / "anchors.jsonl").exists()

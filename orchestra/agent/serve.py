@@ -8,8 +8,12 @@ Responders:
 - :class:`ScriptedResponder` replays a JSONL script, one reply per request, for protocol tests.
   Each line is an object with any of ``content`` (text), ``tool_calls`` (``[{"name", "arguments"}]``,
   arguments an object or a JSON string), ``delay_s`` (sleep before answering), ``status`` (an HTTP
-  error status to answer with) and ``raw`` (a body sent verbatim instead of JSON — garbage). The
-  requests it received are kept in ``requests`` (tests check the tool-call round trip with them).
+  error status to answer with), ``headers`` (sent with it, e.g. ``Retry-After``) and ``raw`` (a body
+  sent verbatim instead of JSON — garbage). A line with ``match`` (a regular expression) answers
+  only a request whose text (every message's text, joined by newlines) it is found in, ``times``
+  requests (default 1; 0: any number): each request gets the first line not used up that matches
+  it, so a pipeline's requests may come in any order. The requests it received are kept in
+  ``requests`` (tests check the tool-call round trip and the media sent with them).
 
 A request with ``"stream": true`` gets the finished reply as OpenAI server-sent events
 (``text/event-stream``, chunked): a role chunk, the content in word pieces, each tool call (id and name,
@@ -47,6 +51,7 @@ __all__ = [
     "Responder",
     "ScriptedResponder",
     "Server",
+    "request_text",
     "StopServing",
     "start_server",
     "stop_on_signals",
@@ -69,10 +74,30 @@ class Reply:
     body: bytes = b""
     delay_s: float = 0.0
     completion: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-def _error(status: int, message: str, delay_s: float = 0.0) -> Reply:
-    return Reply(status, json.dumps({"error": {"message": message}}).encode(), delay_s)
+def _error(
+    status: int, message: str, delay_s: float = 0.0, headers: Mapping[str, str] | None = None
+) -> Reply:
+    return Reply(
+        status, json.dumps({"error": {"message": message}}).encode(), delay_s, None, dict(headers or {})
+    )
+
+
+def request_text(request: Mapping[str, Any]) -> str:
+    """Every message's text in a chat request (string contents and the text of content parts), one
+    per line: what a script line's ``match`` is searched in."""
+    out: list[str] = []
+    for m in request.get("messages") or []:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [
+                str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+            ]
+    return "\n".join(out)
 
 
 class Responder(Protocol):
@@ -148,7 +173,13 @@ class ScriptedResponder:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._next = 0
+        self._used = [0] * len(self.script)
+
+    def _fits(self, k: int, item: Mapping[str, Any], text: str) -> bool:
+        times = int(item.get("times", 1))
+        if times and self._used[k] >= times:
+            return False
+        return "match" not in item or re.search(str(item["match"]), text) is not None
 
     @classmethod
     def from_jsonl(cls, path: Path, model: str = "scripted") -> ScriptedResponder:
@@ -159,17 +190,20 @@ class ScriptedResponder:
         return cls(lines, model)
 
     def reply(self, request: Mapping[str, Any]) -> Reply:
+        text = request_text(request)
         with self._lock:
             self.requests.append(dict(request))
-            if self._next >= len(self.script):
-                return _error(500, "reply script exhausted")
-            item = self.script[self._next]
-            self._next += 1
+            k = next((i for i, item in enumerate(self.script) if self._fits(i, item, text)), None)
+            if k is None:
+                return _error(500, "reply script exhausted (no line left that matches this request)")
+            self._used[k] += 1
+            item = self.script[k]
         delay = float(item.get("delay_s", 0.0))
+        headers = {str(h): str(v) for h, v in (item.get("headers") or {}).items()}
         if "raw" in item:
-            return Reply(int(item.get("status", 200)), str(item["raw"]).encode(), delay)
+            return Reply(int(item.get("status", 200)), str(item["raw"]).encode(), delay, None, headers)
         if "status" in item and int(item["status"]) != 200:
-            return _error(int(item["status"]), str(item.get("content", "scripted error")), delay)
+            return _error(int(item["status"]), str(item.get("content", "scripted error")), delay, headers)
         content, calls = str(item.get("content") or ""), list(item.get("tool_calls") or [])
         return _completion(self.model, request, content, calls, delay)
 
@@ -234,6 +268,8 @@ def _handler(responder: Responder, speech_names: Sequence[str]) -> type[BaseHTTP
                 time.sleep(reply.delay_s)
             try:
                 self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()

@@ -63,6 +63,9 @@ def client_for(spec: ProviderSpec, max_new_tokens: int | None = None) -> ChatCli
             timeout_s=spec.timeout_s,
             max_retries=spec.max_retries,
             max_tokens=cap,
+            seed=spec.seed,
+            token_param=spec.token_param,
+            backoff_s=spec.backoff_s,
         )
     if spec.kind == "transformers":
         from orchestra.backends.transformers_backend import TransformersChat

@@ -9,26 +9,67 @@ from pydantic import Field, field_validator, model_validator
 
 from orchestra.config.common import CATEGORIES, LEVELS, REWRITE_STRATEGIES, Fraction, Seed, _Section
 
+_VLLM_GONE = (
+    "kind 'vllm' is not a provider kind: serve the model with `vllm serve MODEL --enable-auto-tool-choice "
+    "--tool-call-parser hermes` and name it as kind 'openai' with base_url http://HOST:8000/v1 "
+    "(README, Your own data and models)"
+)
+
 
 class ProviderSpec(_Section):
     """Where a component gets its model from (DESIGN.md, Model providers)."""
 
-    kind: Literal["builtin", "openai", "transformers", "vllm"] = Field(
+    kind: Literal["builtin", "openai", "transformers"] = Field(
         "builtin", description="builtin = embedded default (no network, no weights)"
     )
-    model: str | None = Field(None, description="model name (openai/vllm) or model directory (transformers)")
+    model: str | None = Field(None, description="model name (openai) or model directory (transformers)")
     base_url: str | None = Field(
-        None, description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"
+        None,
+        description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vllm serve, a hosted API)",
     )
     api_key_env: str | None = Field(None, description="name of the environment variable holding the API key")
     timeout_s: float = Field(60.0, gt=0, le=3600)
-    max_retries: int = Field(2, ge=0, le=10)
+    max_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="extra attempts after a transport error, HTTP 429 or 5xx (backoff, jitter)",
+    )
+    backoff_s: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description="first wait before a retry, doubled each time (jittered; Retry-After wins)",
+    )
     max_new_tokens: int | None = Field(
         None,
         ge=1,
         le=131072,
         description="completion cap per call; null = agent.decision_tokens for a policy, 512 for a sub-agent",
     )
+    token_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens",
+        description="the request field the completion cap is sent in (newer hosted APIs: "
+        "max_completion_tokens)",
+    )
+    seed: int | None = Field(None, ge=0, description="sent as the request's seed (reproducible sampling)")
+    inputs: list[Literal["image", "audio", "video"]] = Field(
+        default_factory=list,
+        description="media the model takes as content parts (a sub-agent's modal inputs, the extractor's "
+        "media); the others it reads through tools",
+    )
+    image_max_side: int = Field(
+        1024, ge=16, le=8192, description="images sent with a longer side are scaled down"
+    )
+    video_frames: int = Field(
+        8, ge=1, le=256, description="frames sampled evenly from a video sent as images"
+    )
+    audio_via: Literal["input_audio", "transcriptions"] = Field(
+        "input_audio",
+        description="input_audio = the WAV as an input_audio part; transcriptions = the text of the "
+        "provider's /audio/transcriptions endpoint",
+    )
+    transcription_model: str = Field("whisper-1", description="audio_via transcriptions: the model asked")
     decision_format: Literal["json", "lines"] = Field(
         "json", description="what a policy on this provider writes in the orchestra system"
     )
@@ -37,12 +78,23 @@ class ProviderSpec(_Section):
         description="how a policy reads states: verbose (LLM) | compact | minimal | bare | marked (trained)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_vllm(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("kind") == "vllm":
+            raise ValueError(_VLLM_GONE)
+        return data
+
     @model_validator(mode="after")
     def _needs(self) -> ProviderSpec:
         if self.kind == "openai" and not (self.base_url and self.model):
             raise ValueError("kind 'openai' needs base_url and model")
-        if self.kind in ("transformers", "vllm") and not self.model:
-            raise ValueError(f"kind '{self.kind}' needs model (a model directory or name)")
+        if self.kind == "transformers" and not self.model:
+            raise ValueError("kind 'transformers' needs model (a model directory)")
+        if self.inputs and self.kind != "openai":
+            raise ValueError(
+                f"inputs (media as content parts) is for kind 'openai'; kind '{self.kind}' has none"
+            )
         return self
 
 

@@ -39,7 +39,7 @@ from orchestra.backends.calibrate import same_value, step_input, step_subtasks
 from orchestra.backends.perceptions import PERCEPTIONS
 from orchestra.config import AgentParams, AnchorParams, Params
 from orchestra.data.llm import JsonProvider, Statements, stage_provider, state_facts
-from orchestra.errors import OrchestraError
+from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
 from orchestra.schemas import AnchorFact, BrowseStep, ComputeStep, PerceiveStep, SearchStep, SubTask, Task
 from orchestra.text import format_value
@@ -231,7 +231,7 @@ async def _seed(
     for m in task.omni_modal_input:
         path = checker.media_root / m.path
         if not path.is_file():
-            run.rejected.append({"task_id": tid, "reason": f"media file {m.path} is missing"})
+            run.rejected.append({"task_id": tid, "reason": f"media file missing: {m.path}"})
             return
     facts: list[AnchorFact] = []
     ids = {s.out: f"E{k}" for k, s in enumerate(program, 1)}
@@ -321,6 +321,9 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         run = extract_anchors(
             tasks, seeds_dir, params.anchors, params.agent, tools, backends, concurrency=2, stated=stated
         )
+    reasons = Counter(r["reason"].split(":")[0] for r in run.rejected)
+    if not run.anchors:
+        raise StageError.empty("anchor_facts", "anchor facts (every seed was set aside)", reasons)
     kept = len({a.task_id for a in run.anchors})
     summary = {
         "seeds": len(tasks),
@@ -328,7 +331,7 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         "rows": len(run.anchors),
         "material": len(run.material),
         "rejected": len(run.rejected),
-        "rejected_reasons": dict(Counter(r["reason"].split(":")[0] for r in run.rejected).most_common()),
+        "rejected_reasons": dict(reasons.most_common()),
         "by_kind": dict(sorted(Counter(a.kind for a in run.anchors).items())),
         "expert_calls": run.expert_calls,
     }

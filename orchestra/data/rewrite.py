@@ -384,6 +384,12 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     rejected: list[dict[str, str]] = []
     if spec.kind == "openai":
         cands, rejected = rephrase_candidates(cands, JsonProvider(spec, key, "rewrite.provider"))
+    reasons = Counter(r["reason"].split(":")[0] for r in rejected)
+    if not cands:
+        with_anchors = {a.task_id for a in anchors}
+        reasons["seed without anchor facts"] += sum(str(s.id) not in with_anchors for s in seeds)
+        reasons["no strategy and level fits the seed"] += len(with_anchors)
+        raise StageError.empty("rewrite_candidates", "candidates", +reasons)
     seconds = step_seconds(params.agent)
     par = [available_parallelism(c.task, seconds) for c in cands]
     deep = [p for c, p in zip(cands, par, strict=True) if c.level != "Easy"]
@@ -397,7 +403,7 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
         "seeds_used": len({c.seed_id for c in cands}),
         "rows": len(cands),
         "rejected": len(rejected),
-        "rejected_reasons": dict(Counter(r["reason"].split(":")[0] for r in rejected).most_common()),
+        "rejected_reasons": dict(reasons.most_common()),
         "cells": {f"{s}/{lv}": n for (s, lv), n in sorted(cells.items())},
         "by_level": dict(sorted(Counter(c.level for c in cands).items())),
         "hard_share": round(sum(c.level == "Hard" for c in cands) / max(1, len(cands)), 3),

@@ -95,6 +95,10 @@ def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = 
             tasks = tasks[: params.limit]
         if incoming is not None:
             extra.update(_add_incoming(tasks, incoming, tmp))
+        if not tasks:
+            raise StageError.empty(
+                "seed_tasks", "seed tasks", {f"seed.source {params.source} holds no task": 1}
+            )
         write_tasks_json(tmp / TASKS_FILE, tasks)
         summary = {"source": params.source, "rows": len(tasks), **extra, "distribution": distribution(tasks)}
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")

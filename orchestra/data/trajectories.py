@@ -69,6 +69,9 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
             kept.append(tr)
         else:
             failed.append({"candidate_id": s.candidate_id, "answer": tr.answer, "error": tr.error})
+    if not kept:
+        why = Counter(f["error"] or f"answered {f['answer']!r}, not the label" for f in failed)
+        raise StageError.empty("expert_trajectories", f"successful runs of {len(samples)} samples", why)
     # sub-tasks delegated after the first decision: escalations and redone failures
     later = sum(1 for tr in kept for st in tr.steps for r in st.results if r.get("turn", 0) > 0)
     summary = {
@@ -113,6 +116,8 @@ def build_decision_samples(params: Params, root: Path) -> dict[str, Any]:
                     sample, tr, program, params.decisions.off_path, params.agent, params.decisions.seed
                 )
             )
+    if not out:
+        raise StageError.empty("decision_samples", "decision samples", {"no kept expert trajectory": 1})
     delegates = [d for d in out if isinstance(d.decision, Delegate)]
     summary = {
         "rows": len(out),

@@ -80,6 +80,11 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
             )
             for cid in sorted(ge.passed_ids)
         ]
+        if not kept:
+            failed_by = Counter(f"failed {c}" for r in ge.rejects for c in r["failed_checks"])
+            raise StageError.empty(
+                "verified_samples", f"verified samples of {len(candidates)} candidates", failed_by
+            )
         write_jsonl(tmp / VERIFIED_FILE, kept)
         atomic_write_text(
             tmp / "rejects.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in ge.rejects)
