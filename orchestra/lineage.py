@@ -60,7 +60,10 @@ DEPS: dict[str, StageDeps] = {
         ("anchors", "agent", "tools", "providers"),
         (
             "orchestra/data/anchors.py",
+            "orchestra/data/reference.py",
             "orchestra/data/llm.py",
+            "orchestra/agent",
+            "orchestra/evaluation/scoring.py",
             "orchestra/backends",
             "orchestra/tools",
             "orchestra/resources/registry",
@@ -71,6 +74,7 @@ DEPS: dict[str, StageDeps] = {
         ("rewrite", "verify.similarity_metric", "verify.max_lexical_similarity", "agent", "providers"),
         (
             "orchestra/data/rewrite.py",
+            "orchestra/data/reference.py",
             "orchestra/data/program.py",
             "orchestra/data/phrases.py",
             "orchestra/data/report.py",
@@ -83,6 +87,7 @@ DEPS: dict[str, StageDeps] = {
         ("verify", "decisions.split", "decisions.seed", "tools", "providers"),
         (
             "orchestra/data/verified.py",
+            "orchestra/data/reference.py",
             "orchestra/data/verify.py",
             "orchestra/data/verify_bypass.py",
             "orchestra/data/verify_judge.py",
@@ -93,7 +98,7 @@ DEPS: dict[str, StageDeps] = {
     ),
     "expert_trajectories": StageDeps(
         ("seed_tasks", "verified_samples"),
-        ("agent", "tools"),
+        ("agent", "tools", "providers"),
         ("orchestra/data/trajectories.py", "orchestra/agent", "orchestra/backends")
         + ("orchestra/resources/registry",),
     ),

@@ -26,11 +26,13 @@ __all__ = [
     "MaestroSearch",
     "ModalInput",
     "PerceiveStep",
+    "ReferenceSolution",
     "RewriteCandidate",
     "SearchStep",
     "SolutionStep",
     "Source",
     "SubTask",
+    "SubtaskStep",
     "Task",
     "Trajectory",
     "TrajectoryStep",
@@ -81,7 +83,9 @@ class Source(_Open):
     key_information: Any = None
 
 
-# Solution programs: the replayable steps a world seed was built from.
+# Reference solutions: a DAG of sub-tasks, each with its goal, inputs and expected value. A world
+# program (the steps a world seed was built from) is one producer; an expert's answer-verified
+# trajectory on a seed without one is the other (orchestra.data.reference).
 class _Step(_Record):
     out: str = Field(description="variable name that holds this step's value, e.g. 'v1'")
     value: Any = Field(description="the value the step produced when the world was generated")
@@ -110,7 +114,21 @@ class ComputeStep(_Step):
     expression: str = Field(description="Python expression over earlier step variables")
 
 
-SolutionStep = Annotated[PerceiveStep | SearchStep | BrowseStep | ComputeStep, Field(discriminator="op")]
+class SubtaskStep(_Step):
+    """A sub-task outside the builtin goal grammar (a model backend's goal), as an expert ran it."""
+
+    op: Literal["subtask"] = "subtask"
+    goal: str = Field(
+        description="the goal; '$v1' names an earlier step's value, '#M1' the first modal input"
+    )
+    skill: str = Field(description="the skill it asks of a backend")
+    tools: list[str] = Field(default_factory=list, description="the tools it was given")
+    backend: str | None = Field(None, description="the backend whose result is the recorded value")
+
+
+SolutionStep = Annotated[
+    PerceiveStep | SearchStep | BrowseStep | ComputeStep | SubtaskStep, Field(discriminator="op")
+]
 
 
 class Task(_Open):
@@ -197,6 +215,24 @@ class AnchorFact(_Record):
     field: str | None = Field(None, description="kb facts: the page field read")
     checked_by: str | None = Field(None, description="the expert whose tools recovered it")
     stated_by: str | None = Field(None, description="the provider that wrote ``text`` (unset: builtin)")
+
+
+class ReferenceSolution(_Record):
+    """The reference solution an expert policy found for a seed without a program: the program its
+    cheapest answer-verified trajectory amounts to, and what that run cost."""
+
+    task_id: str
+    program: list[SolutionStep] = Field(min_length=1)
+    expert: str = Field(description="the anchors.expert that solved it")
+    attempt: int = Field(ge=1, description="which of its runs (1: greedy; later ones sampled)")
+    attempts: int = Field(ge=1, description="runs made")
+    solved: int = Field(ge=1, description="runs that reached the seed's answer")
+    answer: str
+    cost: float = 0.0
+    tokens: int = 0
+    subtasks: int = Field(
+        0, description="sub-tasks the kept run delegated (the program keeps those it needs)"
+    )
 
 
 class RewriteCandidate(_Record):

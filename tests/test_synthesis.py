@@ -203,6 +203,7 @@ def test_a_stage_that_keeps_nothing_fails_naming_its_reasons(small_world: Path, 
     before.parent.mkdir()
     before.write_text("{}\n")
     n = len(read_tasks_json(tmp_path / "seed_tasks" / "tasks.json"))
-    with pytest.raises(StageError, match=rf"anchor_facts produced no anchor facts .*{n} x media file missing"):
+    want = rf"anchor_facts produced no anchor facts .*{n} x media file missing"
+    with pytest.raises(StageError, match=want):
         build_anchor_facts(Params(), tmp_path)
     assert before.read_text() == "{}\n" and not (tmp_path / "anchor_facts" / "anchors.jsonl").exists()

@@ -56,6 +56,7 @@ from orchestra.schemas import (
     SearchStep,
     SolutionStep,
     SubTask,
+    SubtaskStep,
 )
 
 __all__ = [
@@ -74,6 +75,8 @@ __all__ = [
 
 ExpertMode = Literal["dag", "waves", "steps"]
 _VAR = re.compile(r"\bv[0-9]+\b")
+_STEP_REF = re.compile(r"\$(v[0-9]+)\b")
+_MODAL_REF = re.compile(r"#(M[1-9][0-9]*)\b")
 
 
 class ExpertError(OrchestraError):
@@ -88,6 +91,8 @@ def program_inputs(step: SolutionStep) -> list[str]:
         return [step.url[1:]] if step.url.startswith("$") else []
     if isinstance(step, ComputeStep):
         return list(dict.fromkeys(_VAR.findall(step.expression)))
+    if isinstance(step, SubtaskStep):
+        return list(dict.fromkeys(_STEP_REF.findall(step.goal)))
     return []
 
 
@@ -101,6 +106,11 @@ class StepGoal:
     tools: tuple[str, ...]
     modal: str | None = None
     modal_type: str | None = None
+    backend: str | None = None  # a sub-task outside the grammar: the backend that ran it for the reference
+
+    def modalities(self) -> list[str]:
+        """The modal inputs the sub-task may read: its input, else every ``#M<n>`` its goal names."""
+        return [self.modal] if self.modal else list(dict.fromkeys(_MODAL_REF.findall(self.goal)))
 
 
 def step_goal(step: SolutionStep, ids: Mapping[str, str], inputs: Mapping[str, tuple[str, str]]) -> StepGoal:
@@ -122,6 +132,16 @@ def step_goal(step: SolutionStep, ids: Mapping[str, str], inputs: Mapping[str, t
     if isinstance(step, BrowseStep):
         url = ref(step.url[1:]) if step.url.startswith("$") else step.url
         return StepGoal(browse_goal(url, step.field), "browse", ("page_browser",))
+    if isinstance(step, SubtaskStep):
+        goal = _STEP_REF.sub(lambda m: ref(m.group(1)), step.goal)
+        types = {key: mtype for key, mtype in inputs.values()}
+        mods = list(dict.fromkeys(_MODAL_REF.findall(step.goal)))
+        missing = [m for m in mods if m not in types]
+        if missing:
+            raise ExpertError(f"step {step.out} reads #{missing[0]}, which is not a modal input")
+        modal = mods[0] if len(mods) == 1 else None  # several: the sub-agent's mask reads them off the goal
+        mtype = types[modal] if modal else None
+        return StepGoal(goal, step.skill, tuple(step.tools), modal, mtype, step.backend)
     expr = _VAR.sub(lambda m: ref(m.group(0)), step.expression)
     return StepGoal(compute_goal(expr), "code", ("code_executor",))
 
@@ -244,6 +264,8 @@ def step_backend(
     able = [c for c in cards if c.skills.get(kind.skill, 0.0) > 0]
     if not able:
         raise ExpertError(f"no backend in the state has the {kind.skill!r} skill step {out} needs")
+    if kind.backend is not None and kind.backend in {c.name for c in able}:
+        return kind.backend  # a goal outside the grammar: only the backend that ran it is known to read it
     if routing == "cheapest":
         return min(able, key=lambda c: (c.price_per_call, -c.skills[kind.skill], c.name)).name
     if routing == "strongest":
@@ -306,7 +328,7 @@ def expert_decision(
             SubTask(
                 id=ids[s.out],
                 goal=kind.goal,
-                modalities=[kind.modal] if kind.modal else [],
+                modalities=kind.modalities(),
                 tools=list(kind.tools),
                 backend=(
                     prog.escalate.get(s.out) or step_backend(kind, state.backends, agent, s.out, routing)

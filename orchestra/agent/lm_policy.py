@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from orchestra.agent.decision import Action, DecisionError, ErrorKind, Format, ParseError, parse_decision
@@ -12,7 +12,7 @@ from orchestra.agent.state import STYLES, OrchestraState, Style, validation_cont
 from orchestra.backends.chat import ChatClient, LMError, client_for
 from orchestra.config import AgentParams, ProviderSpec
 
-__all__ = ["VIEW_FILE", "LMPolicy", "lm_policy", "saved_view"]
+__all__ = ["VIEW_FILE", "LMPolicy", "lm_policy", "named_provider", "sampling_copy", "saved_view"]
 
 #: Beside a trained policy's weights: how it reads states and writes decisions ({"style", "fmt"}).
 VIEW_FILE = "orchestra_policy.json"
@@ -120,3 +120,35 @@ def lm_policy(spec: ProviderSpec, agent: AgentParams, *, fmt: Format = "json", n
     if view is not None and fmt != "maestro":
         style, fmt = view
     return LMPolicy(client, fmt=fmt, style=style, name=name, agent=agent)
+
+
+def named_provider(name: str, providers: Mapping[str, ProviderSpec], what: str = "policy") -> ProviderSpec:
+    """The model a setting names: ``checkpoint:DIR`` (a trained model directory), ``openai:MODEL``
+    (the ``openai`` provider with that model) or a key of ``providers`` of kind openai or
+    transformers; a PolicyError naming ``what`` otherwise."""
+    if name.startswith("checkpoint:"):
+        return ProviderSpec(kind="transformers", model=name.split(":", 1)[1])
+    if name.startswith("openai:"):
+        base = providers.get("openai")
+        if base is None or base.kind != "openai":
+            raise PolicyError(f"{what} {name!r} needs an 'openai' entry in params providers (base_url)")
+        return base.model_copy(update={"model": name.split(":", 1)[1]})
+    if name in providers and providers[name].kind != "builtin":
+        return providers[name]
+    models = ", ".join(sorted(k for k, v in providers.items() if v.kind != "builtin")) or "none"
+    raise PolicyError(
+        f"{what} {name!r} is not a model: checkpoint:DIR, openai:MODEL or a key of params providers of "
+        f"kind openai or transformers ({models})"
+    )
+
+
+def sampling_copy(policy: LMPolicy, temperature: float, seed: int) -> LMPolicy:
+    """The same policy sampling at ``temperature`` with ``seed`` (a local model shares its weights;
+    a remote client sends both in its request)."""
+    import copy
+
+    p = copy.copy(policy)
+    client = copy.copy(policy.client)
+    client.temperature, client.seed = temperature, seed  # type: ignore[attr-defined]
+    p.client = client
+    return p

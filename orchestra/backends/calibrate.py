@@ -60,7 +60,7 @@ def step_subtasks(task: Task) -> list[tuple[str, SubTask, dict[str, Any], Any]]:
         node = SubTask(
             id=ids[s.out],
             goal=kind.goal,
-            modalities=[kind.modal] if kind.modal else [],
+            modalities=kind.modalities(),
             tools=list(kind.tools),
             depends_on=[ids[v] for v in program_inputs(s)],
         )

@@ -131,6 +131,14 @@ class Params(_Section):
         for name, spec in self.agent.backends.items():
             if spec.provider is not None:
                 refs[f"agent.backends.{name}.provider"] = spec.provider
+        expert = self.anchors.expert
+        if expert is not None and not expert.startswith("checkpoint:"):
+            refs["anchors.expert"] = expert
+            if expert in self.providers and self.providers[expert].kind == "builtin":
+                raise ValueError(
+                    f"anchors.expert = {expert!r} is a builtin provider: name an openai or transformers "
+                    "provider, or checkpoint:DIR"
+                )
         if self.agent.decision_tokens >= self.train.policy.max_length:
             raise ValueError(
                 f"agent.decision_tokens ({self.agent.decision_tokens}) leaves the trained policy no room for "

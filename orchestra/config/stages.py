@@ -214,8 +214,27 @@ class SeedParams(_Section):
 
 
 class AnchorParams(_Section):
-    provider: str = Field("builtin", description="a key of `providers`")
+    provider: str = Field(
+        "builtin",
+        description="a key of `providers`: the extractor (builtin: the reference solution's steps; openai: "
+        "also states what the media show, each fact kept only when a perception sub-task recovers it)",
+    )
     max_facts: int = Field(8, ge=1, le=64)
+    expert: str | None = Field(
+        None,
+        description="solves the seeds that carry no solution program: a key of `providers` (an "
+        "OpenAI-compatible orchestrator on the verbose state, or a transformers model) or checkpoint:DIR "
+        "(e.g. data/policy_sft/model); its cheapest answer-verified trajectory becomes the seed's "
+        "reference solution. null: such seeds are set aside",
+    )
+    attempts: int = Field(
+        3, ge=1, le=32, description="expert runs per seed at most: the first greedy, the others sampled"
+    )
+    temperature: float = Field(
+        0.7, gt=0, le=5, description="the expert's sampling temperature after the first run"
+    )
+    seed: Seed = Field(19, description="attempt k samples with seed + k")
+    max_turns: int = Field(8, ge=1, le=64, description="decisions per expert run")
 
 
 class RewriteParams(_Section):

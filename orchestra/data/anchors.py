@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,19 @@ from orchestra.backends.calibrate import same_value, step_input, step_subtasks
 from orchestra.backends.perceptions import PERCEPTIONS
 from orchestra.config import AgentParams, AnchorParams, Params
 from orchestra.data.llm import JsonProvider, Statements, stage_provider, state_facts
+from orchestra.data.reference import NO_PROGRAM, SOLUTIONS_FILE, solve_seeds, with_references
 from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
-from orchestra.schemas import AnchorFact, BrowseStep, ComputeStep, PerceiveStep, SearchStep, SubTask, Task
+from orchestra.schemas import (
+    AnchorFact,
+    BrowseStep,
+    ComputeStep,
+    PerceiveStep,
+    SearchStep,
+    SubTask,
+    SubtaskStep,
+    Task,
+)
 from orchestra.text import format_value
 from orchestra.tools.base import ToolRegistry
 from orchestra.world.perception import perceive
@@ -154,9 +165,36 @@ def _fact(task: Task, step: Any, expert: str) -> AnchorFact:
             field=step.field if isinstance(step, BrowseStep) else None,
             checked_by=expert,
         )
+    if isinstance(step, SubtaskStep):
+        return _subtask_fact(task, step, base, value, expert)
     assert isinstance(step, ComputeStep)
     return AnchorFact(
         **base, kind="compute", modality="compute", text=f"{step.expression} = {value}", checked_by=expert
+    )
+
+
+def _subtask_fact(task: Task, step: SubtaskStep, base: dict[str, Any], value: str, expert: str) -> AnchorFact:
+    """A model backend's sub-task as a fact: a perception when it reads a modal input (the first it
+    names), a knowledge lookup for the search and browse skills, a computation otherwise."""
+    keys = {modal_key(i): m for i, m in enumerate(task.omni_modal_input)}
+    mod = next((keys[k] for k in re.findall(r"#(M[1-9][0-9]*)\b", step.goal) if k in keys), None)
+    text = f"{step.goal}: {value}"
+    if mod is not None:
+        return AnchorFact(
+            **base,
+            kind="perception",
+            modality=mod.type,
+            text=text,
+            source=mod.id,
+            checked_by=expert,  # type: ignore[arg-type]
+        )
+    kb = step.skill in ("search", "browse")
+    return AnchorFact(
+        **base,
+        kind="kb" if kb else "compute",
+        modality="web" if kb else "compute",
+        text=text,
+        checked_by=expert,
     )
 
 
@@ -202,8 +240,7 @@ def _inputs(task: Task) -> dict[str, tuple[str, str]]:
 
 def _material_node(task: Task, step: PerceiveStep) -> tuple[StepGoal, SubTask, dict[str, Any]]:
     kind = step_goal(step, {}, _inputs(task))
-    modalities = [kind.modal] if kind.modal else []
-    node = SubTask(id="E1", goal=kind.goal, modalities=modalities, tools=list(kind.tools))
+    node = SubTask(id="E1", goal=kind.goal, modalities=kind.modalities(), tools=list(kind.tools))
     return kind, node, {key: f"#{key}" for key, _ in _inputs(task).values()}
 
 
@@ -214,6 +251,7 @@ async def _seed(
     max_facts: int,
     run: AnchorRun,
     stated: Statements | None,
+    unsolved: Mapping[str, str],
 ) -> None:
     tid = str(task.id)
     program = task.solution_program or []
@@ -221,7 +259,7 @@ async def _seed(
         run.rejected.append({"task_id": tid, "reason": stated.rejected[tid]})
         return
     if not program:
-        run.rejected.append({"task_id": tid, "reason": "no solution program (the extractor needs one)"})
+        run.rejected.append({"task_id": tid, "reason": unsolved.get(tid, NO_PROGRAM)})
         return
     if len(program) > max_facts:
         run.rejected.append(
@@ -265,9 +303,11 @@ def extract_anchors(
     backends: BackendRegistry,
     concurrency: int = 2,
     stated: Statements | None = None,
+    unsolved: Mapping[str, str] | None = None,
 ) -> AnchorRun:
     """Anchors and material for every seed (in task order), and the seeds set aside with reasons;
-    ``stated``: the openai extractor's statements (:func:`state_facts`), None for the builtin one."""
+    ``stated``: the openai extractor's statements (:func:`state_facts`), None for the builtin one;
+    ``unsolved``: why a seed without a program has none (the expert's runs)."""
     from orchestra.world.replay import load_truth
 
     try:
@@ -282,7 +322,7 @@ def extract_anchors(
 
         async def one(task: Task, run: AnchorRun) -> None:
             async with gate:
-                await _seed(checker, task, media_truth, params.max_facts, run, stated)
+                await _seed(checker, task, media_truth, params.max_facts, run, stated, unsolved or {})
 
         await asyncio.gather(*(one(t, r) for t, r in zip(tasks, runs, strict=True)))
 
@@ -303,7 +343,7 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
     rejected.jsonl (seed, reason) and summary.json into data/anchor_facts (replaced atomically).
     ``anchors.provider`` of kind openai states the facts first (:func:`state_facts`); its failed call
     is a StageError, before any file is written."""
-    from orchestra.agent.systems import builtin_backends
+    from orchestra.agent.systems import Environment, backend_pool
     from orchestra.data.seeds import load_seed_tasks
     from orchestra.tools.cache import open_perception_cache
     from orchestra.tools.registry import default_registry
@@ -312,14 +352,18 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
     spec = stage_provider(params, key, "anchors.provider")
     seeds_dir = Path(root) / "seed_tasks"
     tasks = load_seed_tasks(seeds_dir)
-    stated = None
-    if spec.kind == "openai":
-        stated = state_facts(tasks, JsonProvider(spec, key, "anchors.provider"), params.anchors.max_facts)
-    backends = builtin_backends(params.agent)
+    backends = backend_pool(params.agent, params.providers)
     cache = open_perception_cache(Path(root), params.tools)
     with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
+        env = Environment(tools, backends, params.agent, seeds_dir / "media", params.anchors.max_turns)
+        solved = solve_seeds(tasks, params, env)
+        tasks = with_references(tasks, solved.solutions)
+        stated = None
+        if spec.kind == "openai":
+            provider = JsonProvider(spec, key, "anchors.provider")
+            stated = state_facts(tasks, provider, params.anchors.max_facts)
         run = extract_anchors(
-            tasks, seeds_dir, params.anchors, params.agent, tools, backends, concurrency=2, stated=stated
+            tasks, seeds_dir, params.anchors, params.agent, tools, backends, 2, stated, solved.rejected
         )
     reasons = Counter(r["reason"].split(":")[0] for r in run.rejected)
     if not run.anchors:
@@ -334,6 +378,7 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         "rejected_reasons": dict(reasons.most_common()),
         "by_kind": dict(sorted(Counter(a.kind for a in run.anchors).items())),
         "expert_calls": run.expert_calls,
+        **({"expert": solved.summary} if solved.summary else {}),
     }
     timings = {
         "wall_s": run.wall_s,
@@ -342,6 +387,8 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
     with atomic_dir(Path(root) / "anchor_facts") as tmp:
         write_jsonl(tmp / "anchors.jsonl", run.anchors)
         write_jsonl(tmp / "material.jsonl", run.material)
+        if solved.summary:  # seeds without a program: the reference solutions the expert found
+            write_jsonl(tmp / SOLUTIONS_FILE, solved.solutions)
         atomic_write_text(
             tmp / "rejected.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in run.rejected)
         )

@@ -10,7 +10,7 @@ from orchestra.backends.perceptions import PERCEPTIONS
 from orchestra.backends.registry import expert_specs
 from orchestra.backends.selection import select_backend
 from orchestra.config import AgentParams
-from orchestra.schemas import PerceiveStep, SolutionStep, Task
+from orchestra.schemas import PerceiveStep, SolutionStep, SubtaskStep, Task
 
 __all__ = ["PARALLEL_AT", "available_parallelism", "ngram_share", "step_key", "step_seconds", "step_skill"]
 
@@ -22,6 +22,8 @@ PARALLEL_AT = 1.5
 def step_skill(step: SolutionStep) -> str:
     if isinstance(step, PerceiveStep):
         return PERCEPTIONS[step.perception].skill
+    if isinstance(step, SubtaskStep):
+        return step.skill
     return {"search": "search", "browse": "browse", "compute": "code"}[step.op]
 
 

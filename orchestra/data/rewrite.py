@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +87,16 @@ def _compose(
                 isinstance(s, BrowseStep) and s.url == f"${p.out}" and s.field == a.key for s in b.steps
             )
         ]
-        if not pool and not attrs:
+        own = []
+        if b.own_facts and not pool and not attrs:  # no material: the seed's own numbers, read once
+            own = [f for f in _numbers(b, b.own_readings(), where) if f.step != cur.out]
+        if not pool and not attrs and not own:
             return False
-        if pool:  # a perception first: a branch of its own, as heavy as the seed's readings
+        if own:
+            f = own[int(b.rng.integers(len(own)))]
+            b.used_material.add(f.fact_id)
+            other = b.vars[f.step]
+        elif pool:  # a perception first: a branch of its own, as heavy as the seed's readings
             other = b.add_material(pool[int(b.rng.integers(len(pool)))])
         else:
             page, key = attrs[int(b.rng.integers(len(attrs)))]
@@ -214,6 +221,10 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 _TOOLS = {"search": "web_search", "browse": "page_browser", "compute": "code_executor"}
+#: the strategies that walk from page to page, and why a seed source without pages skips them
+KB_STRATEGIES = ("multi_hop_chaining", "entity_obfuscation")
+NEEDS_KB = "needs a knowledge base (kb/pages.jsonl beside the seed tasks, in the world's vocabulary)"
+NO_FIT = "no extension at any level fits its program and material"
 
 
 def _task(b: Builder, cid: str, strategy: str) -> tuple[Task, str]:
@@ -272,32 +283,42 @@ def rewrite_seed(
     seed: Task,
     anchors: list[AnchorFact],
     material: list[AnchorFact],
-    kb: KnowledgeBase,
+    kb: KnowledgeBase | None,
     params: RewriteParams,
     filled: dict[tuple[str, str], int] | None = None,
     similarity: Similarity | None = None,
     max_similarity: float = 1.0,
+    own_facts: bool = False,
+    skipped: Counter[tuple[str, str]] | None = None,
 ) -> list[RewriteCandidate]:
     """Up to ``params.per_seed`` candidates for one seed, one per (strategy, level) cell that fits
     it, the least-filled cells (``filled``, updated) first; deterministic for the same inputs.
 
     A draw whose program another candidate of the seed already has, or whose question is more
     than ``max_similarity`` like the seed's or a sibling's (by ``similarity``, 0-1), is drawn
-    again (up to :data:`DRAWS` times): the rewriter aims at what verification will check."""
+    again (up to :data:`DRAWS` times): the rewriter aims at what verification will check.
+    Without a knowledge base (``kb`` None) the strategies that walk pages are skipped; ``own_facts``
+    (a seed an expert solved) lets composition reuse the seed's own numbers. ``skipped`` counts
+    (strategy, why) for the strategies the seed could not use."""
     filled = {} if filled is None else filled
+    skipped = Counter() if skipped is None else skipped
     sid = str(seed.id)
     rng = _rng(params.seed, sid)
-    cells = [(s, lv) for s in params.strategies for lv in params.levels]
+    usable = [s for s in params.strategies if kb is not None or s not in KB_STRATEGIES]
+    skipped.update((s, NEEDS_KB) for s in params.strategies if s not in usable)
+    cells = [(s, lv) for s in usable for lv in params.levels]
     order = sorted(range(len(cells)), key=lambda i: (filled.get(cells[i], 0), float(rng.random())))
     out: list[RewriteCandidate] = []
     programs: set[str] = set()
+    tried: set[str] = set()
     for i in order:
         if len(out) >= params.per_seed:
             break
         strategy, level = cells[i]
+        tried.add(strategy)
         lo, hi = LEVEL_STEPS[level]
         for draw in range(DRAWS):
-            b = Builder(seed, kb, _rng(params.seed, sid, strategy, level, str(draw)))
+            b = Builder(seed, kb, _rng(params.seed, sid, strategy, level, str(draw)), own_facts=own_facts)
             b.replay_seed()
             if not STRATEGIES[strategy](b, material, lo, hi) or level_of(len(b.steps)) != level:
                 continue
@@ -322,6 +343,9 @@ def rewrite_seed(
             )
             filled[cells[i]] = filled.get(cells[i], 0) + 1
             break
+    if own_facts:  # a user's seed: say which strategies found no extension
+        done = {c.strategy for c in out}
+        skipped.update((s, NO_FIT) for s in sorted(tried - done))
     return out
 
 
@@ -329,12 +353,15 @@ def rewrite_all(
     seeds: list[Task],
     anchors: list[AnchorFact],
     material: list[AnchorFact],
-    kb: KnowledgeBase,
+    kb: KnowledgeBase | None,
     params: RewriteParams,
     similarity: Similarity | None = None,
     max_similarity: float = 1.0,
+    own_facts: Collection[str] = (),
+    skipped: Counter[tuple[str, str]] | None = None,
 ) -> list[RewriteCandidate]:
-    """Candidates for every seed that has anchors, in seed order."""
+    """Candidates for every seed that has anchors, in seed order (``own_facts``: the ids of the seeds an
+    expert solved; ``skipped``: see :func:`rewrite_seed`)."""
     by_seed: dict[str, list[AnchorFact]] = {}
     for a in anchors:
         by_seed.setdefault(a.task_id, []).append(a)
@@ -346,11 +373,40 @@ def rewrite_all(
     for seed in seeds:
         sid = str(seed.id)
         if sid in by_seed:
-            out.extend(
-                rewrite_seed(
-                    seed, by_seed[sid], mat.get(sid, []), kb, params, filled, similarity, max_similarity
-                )
+            mine = mat.get(sid, [])
+            own = sid in own_facts
+            out += rewrite_seed(
+                seed, by_seed[sid], mine, kb, params, filled, similarity, max_similarity, own, skipped
             )
+    return out
+
+
+def knowledge_base(seeds_dir: Path) -> KnowledgeBase | None:
+    """What the builtin rewriter phrases pages from: a generated world's own, else the entities the
+    pages beside the seed tasks (kb/pages.jsonl) describe in the world's vocabulary, else None."""
+    from orchestra.tools.registry import has_pages, page_store
+    from orchestra.tools.webpage import text_facts
+    from orchestra.world.kb import kb_from_pages
+    from orchestra.world.replay import load_truth
+
+    try:
+        return load_truth(seeds_dir).kb
+    except OrchestraError:
+        pass
+    if not has_pages(seeds_dir):
+        return None
+    pages = page_store(seeds_dir).pages
+    kb = kb_from_pages(
+        (p.url, p.title, [(f["label"], f["value"]) for f in text_facts(p.text)]) for p in pages
+    )
+    return kb if kb.entities else None
+
+
+def _skipped_table(skipped: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """strategy -> {why it was skipped: seeds}"""
+    out: dict[str, dict[str, int]] = {}
+    for (strategy, why), n in sorted(skipped.items()):
+        out.setdefault(strategy, {})[why] = n
     return out
 
 
@@ -360,27 +416,28 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     reason; empty under builtin) and summary.json (cells, templates, 3-gram share, parallelism)
     into data/rewrite_candidates (replaced atomically)."""
     from orchestra.data.llm import JsonProvider, rephrase_candidates, stage_provider
+    from orchestra.data.reference import load_solutions, with_references
     from orchestra.data.seeds import load_seed_tasks
     from orchestra.data.verify import question_similarity
-    from orchestra.world.replay import load_truth
 
     key = params.rewrite.provider
     spec = stage_provider(params, key, "rewrite.provider")
     root = Path(root)
-    seeds = load_seed_tasks(root / "seed_tasks")
     anchors_dir = root / "anchor_facts"
     if not (anchors_dir / "anchors.jsonl").is_file():
         raise StageError(f"{anchors_dir} has no anchors.jsonl: materialize anchor_facts first")
+    solutions = load_solutions(root)
+    seeds = with_references(load_seed_tasks(root / "seed_tasks"), solutions)
     anchors = read_jsonl(anchors_dir / "anchors.jsonl", AnchorFact)
     material = read_jsonl(anchors_dir / "material.jsonl", AnchorFact)
-    try:
-        kb = load_truth(root / "seed_tasks").kb
-    except OrchestraError as e:
-        raise StageError(f"the builtin rewriter needs a generated world's knowledge base: {e}") from e
+    kb = knowledge_base(root / "seed_tasks")
     similarity = question_similarity(params.verify.similarity_metric)
+    skipped: Counter[tuple[str, str]] = Counter()
+    solved = {s.task_id for s in solutions}
     cands = rewrite_all(
-        seeds, anchors, material, kb, params.rewrite, similarity, params.verify.max_lexical_similarity
-    )
+        seeds, anchors, material, kb, params.rewrite, similarity, params.verify.max_lexical_similarity,
+        solved, skipped,
+    )  # fmt: skip
     rejected: list[dict[str, str]] = []
     if spec.kind == "openai":
         cands, rejected = rephrase_candidates(cands, JsonProvider(spec, key, "rewrite.provider"))
@@ -404,6 +461,7 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
         "rows": len(cands),
         "rejected": len(rejected),
         "rejected_reasons": dict(reasons.most_common()),
+        **({"skipped": _skipped_table(skipped)} if skipped else {}),
         "cells": {f"{s}/{lv}": n for (s, lv), n in sorted(cells.items())},
         "by_level": dict(sorted(Counter(c.level for c in cands).items())),
         "hard_share": round(sum(c.level == "Hard" for c in cands) / max(1, len(cands)), 3),

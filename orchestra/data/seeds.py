@@ -15,6 +15,7 @@ from orchestra.schemas import Task, distribution, read_tasks_json, write_tasks_j
 
 TASKS_FILE = "tasks.json"
 MEDIA_DIR = "media"
+KB_DIR = "kb"
 
 
 def omnigaia_metadata_path() -> Path:
@@ -66,7 +67,9 @@ def _add_incoming(tasks: list[Task], folder: Path, tmp: Path) -> dict[str, Any]:
 
 def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = None) -> dict[str, Any]:
     """Write ``tasks.json`` (OmniGAIA format, media paths relative to ``media/``) and ``summary.json``;
-    the tasks of ``incoming``'s JSON files (see :func:`incoming_files`) follow the source's.
+    the tasks of ``incoming``'s JSON files (see :func:`incoming_files`) follow the source's. An
+    ``omnigaia_file`` brings the ``media/`` and ``kb/`` (pages.jsonl: what search and browse read)
+    folders beside it.
 
     The whole folder is replaced atomically: a failure leaves the previous output as it was.
     """
@@ -84,9 +87,12 @@ def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = 
         elif params.source == "omnigaia_file":
             src = Path(params.path or "")
             tasks = read_tasks_json(src)
-            media = src.parent / MEDIA_DIR
-            if media.is_dir():
-                shutil.copytree(media, tmp / MEDIA_DIR)
+            for folder in (
+                MEDIA_DIR,
+                KB_DIR,
+            ):  # its media, and a knowledge base (kb/pages.jsonl) if it has one
+                if (src.parent / folder).is_dir():
+                    shutil.copytree(src.parent / folder, tmp / folder)
         elif params.source in DATASET_SOURCES:
             tasks = load_dataset_source(params, tmp / MEDIA_DIR)
         else:  # pragma: no cover - Literal in SeedParams keeps this unreachable

@@ -38,7 +38,7 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
     split is the benchmark: no trajectories there); keep the runs that reach the labelled answer.
     Writes trajectories.jsonl, failed.jsonl (sample, answer, error) and summary.json."""
     from orchestra.agent.policies import OraclePolicy
-    from orchestra.agent.systems import Environment, builtin_backends, run_task
+    from orchestra.agent.systems import Environment, backend_pool, run_task
     from orchestra.tools.cache import open_perception_cache
     from orchestra.tools.registry import default_registry
 
@@ -50,7 +50,10 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
     t0 = time.perf_counter()
     with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
         env = Environment(
-            tools=tools, backends=builtin_backends(agent), agent=agent, media_root=seeds_dir / "media"
+            tools=tools,
+            backends=backend_pool(agent, params.providers),
+            agent=agent,
+            media_root=seeds_dir / "media",
         )
 
         async def main() -> list[Trajectory]:

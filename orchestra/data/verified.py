@@ -28,8 +28,9 @@ def _benchmark(tasks: list[Task], seeds_dir: Path, out: Path) -> int:
     for rel in files:
         (out / "media" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(seeds_dir / "media" / rel, out / "media" / rel)
-    (out / "kb").mkdir()
-    shutil.copy2(seeds_dir / "kb" / "pages.jsonl", out / "kb" / "pages.jsonl")
+    if (seeds_dir / "kb" / "pages.jsonl").is_file():  # a seed source without a knowledge base has none
+        (out / "kb").mkdir()
+        shutil.copy2(seeds_dir / "kb" / "pages.jsonl", out / "kb" / "pages.jsonl")
     write_tasks_json(out / "tasks.json", tasks)
     return len(files)
 
@@ -40,12 +41,12 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
     its media and pages) and summary.json (the funnel, rejections per check, pass rates, timings)."""
     from orchestra.data.decisions import seed_splits
     from orchestra.data.expectations import validate_checks
-    from orchestra.data.seeds import load_seed_tasks
+    from orchestra.data.reference import load_reference_seeds
     from orchestra.data.verify import CHECKS, verify_report
 
     root = Path(root)
     seeds_dir = root / "seed_tasks"
-    seeds = load_seed_tasks(seeds_dir)
+    seeds = load_reference_seeds(root)
     path = root / "rewrite_candidates" / "candidates.jsonl"
     if not path.is_file():
         raise StageError(f"{path} is missing: materialize rewrite_candidates first")

@@ -15,7 +15,7 @@ from rapidfuzz.utils import default_process
 
 from orchestra.config import ProviderSpec, ToolParams, VerifyParams
 from orchestra.data.verify_bypass import PageReader, modality_bypass
-from orchestra.data.verify_judge import Scorer, make_judge
+from orchestra.data.verify_judge import Scorer, make_judge, resolved_goal
 from orchestra.data.verify_rederive import is_numeric_answer, rederive_many, value_key
 from orchestra.errors import RecordError
 from orchestra.schemas import (
@@ -26,6 +26,7 @@ from orchestra.schemas import (
     RewriteCandidate,
     SearchStep,
     SolutionStep,
+    SubtaskStep,
     Task,
     VerificationResult,
 )
@@ -82,6 +83,8 @@ def _step_key(step: SolutionStep, env: Mapping[str, Any]) -> tuple[str, ...]:
     if isinstance(step, BrowseStep):
         url = env.get(step.url[1:], step.url) if step.url.startswith("$") else step.url
         return ("browse", normalize_url(str(url)), step.field, value_key(step.value))
+    if isinstance(step, SubtaskStep):
+        return ("subtask", resolved_goal(step, env), value_key(step.value))
     return ("compute", value_key(step.value))
 
 
@@ -224,7 +227,10 @@ def verify_report(
     own = tools is None
     registry = verification_tools(world_dir, tool_params or ToolParams(), params) if tools is None else tools
     try:
-        reader = PageReader(registry.get("web_search"), registry.get("page_browser"))
+        from orchestra.tools.registry import has_pages
+
+        searchable = tools is not None or has_pages(world_dir)
+        reader = PageReader(registry.get("web_search"), registry.get("page_browser"), searchable=searchable)
         judge = make_judge(params.judge_provider, providers, reader, scorer(params.similarity_metric))
         per_candidate: dict[str, Callable[[RewriteCandidate], CheckOutcome]] = {
             "anchor_coverage": lambda c: anchor_coverage(

@@ -59,10 +59,11 @@ class PageView:
 
 class PageReader:
     """Exact-title lookups (the real web_search tool) and page facts (the real page_browser tool),
-    cached for the whole run: verification asks for the same few hundred pages over and over."""
+    cached for the whole run: verification asks for the same few hundred pages over and over.
+    ``searchable`` False: the seed source has no knowledge base, so no title is found (no call)."""
 
-    def __init__(self, search: Tool, browser: Tool, k: int = SEARCH_K) -> None:
-        self.search, self.browser, self.k = search, browser, k
+    def __init__(self, search: Tool, browser: Tool, k: int = SEARCH_K, searchable: bool = True) -> None:
+        self.search, self.browser, self.k, self.searchable = search, browser, k, searchable
         self._titles: dict[str, str | None] = {}
         self._pages: dict[str, PageView | str] = {}
         self.calls = {"web_search": 0, "page_browser": 0}
@@ -71,7 +72,7 @@ class PageReader:
         """The URL of the page titled exactly ``title`` (case-insensitive, as the world's search), or None."""
         key = " ".join(title.split()).casefold()
         if key not in self._titles:
-            if not _WORD.search(key):
+            if not _WORD.search(key) or not self.searchable:
                 self._titles[key] = None
                 return None
             self.calls["web_search"] += 1

@@ -26,6 +26,7 @@ from orchestra.schemas import (
     RewriteCandidate,
     SearchStep,
     SolutionStep,
+    SubtaskStep,
 )
 from orchestra.text import ValueFormatError, format_value
 from orchestra.world.catalogue import TYPES
@@ -86,11 +87,21 @@ def program_signature(steps: Sequence[SolutionStep]) -> tuple[str, ...]:
             part = ("search", s.value)
         elif isinstance(s, BrowseStep):
             part = ("browse", env.get(s.url[1:], s.url) if s.url.startswith("$") else s.url, s.field, s.value)
+        elif isinstance(s, SubtaskStep):
+            part = ("subtask", resolved_goal(s, env), s.value)
         else:
             part = ("compute", "".join(s.expression.split()), s.value)
         env[s.out] = s.value
         sig.append(json.dumps(part, sort_keys=True, default=str))
     return tuple(sig)
+
+
+def resolved_goal(step: SubtaskStep, env: Mapping[str, Any]) -> str:
+    """A sub-task's goal with each ``$v`` reference replaced by that step's value (whitespace normalised)."""
+    text = re.sub(
+        r"\$(v[0-9]+)\b", lambda m: _text(env[m.group(1)]) if m.group(1) in env else m.group(0), step.goal
+    )
+    return " ".join(text.split())
 
 
 def near_duplicates(candidates: Sequence[RewriteCandidate], scorer: Scorer) -> dict[str, str]:
@@ -184,6 +195,10 @@ class ProgrammaticJudge(Judge):
     def _step(self, s: SolutionStep, env: Mapping[str, Any], inputs: set[str]) -> str | None:
         if isinstance(s, PerceiveStep):
             return None if s.input_id in inputs else f"{s.out}: perceives {s.input_id}, not a modal input"
+        if isinstance(s, SubtaskStep):
+            refs = re.findall(r"\$(v[0-9]+)\b", s.goal)
+            missing = sorted(set(refs) - set(env))
+            return f"{s.out}: refers to ${', $'.join(missing)} before it is set" if missing else None
         if isinstance(s, ComputeStep):
             try:
                 names = {

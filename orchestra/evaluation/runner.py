@@ -169,33 +169,25 @@ class _Policies:
         self._lm: list[Any] | None = None
 
     def _trained(self) -> list[Any]:
-        from orchestra.agent.lm_policy import lm_policy
+        from orchestra.agent.lm_policy import lm_policy, named_provider, sampling_copy
+        from orchestra.agent.policies import PolicyError
         from orchestra.agent.systems import system_format
 
         p, cfg, agent = self.params, self.cfg, self.params.agent
         name = cfg.policy
         if name == "untrained":
             spec = ProviderSpec(kind="transformers", model=str(_untrained_dir(p, cfg)))
-        elif name.startswith("checkpoint:"):
-            spec = ProviderSpec(kind="transformers", model=name.split(":", 1)[1])
-        elif name.startswith("openai:"):
-            base = p.providers.get("openai")
-            if base is None or base.kind != "openai":
-                raise EvalError("policy openai:MODEL needs an 'openai' entry in params providers (base_url)")
-            spec = base.model_copy(update={"model": name.split(":", 1)[1]})
-        elif name in p.providers and p.providers[name].kind != "builtin":
-            spec = p.providers[name]
         else:
-            raise EvalError(
-                f"unknown policy {name!r}: oracle, untrained, checkpoint:DIR, openai:MODEL "
-                f"or a key of params providers ({', '.join(sorted(p.providers))})"
-            )
+            try:
+                spec = named_provider(name, p.providers)
+            except PolicyError as e:
+                raise EvalError(f"{e} (or oracle, untrained)") from e
         first = lm_policy(spec, agent, fmt=system_format(cfg.system), name=name)  # type: ignore[arg-type]
         out = [first]
         for k in range(1, cfg.samples):
-            out.append(_sampling_copy(first, cfg.temperature, cfg.seed + k))
+            out.append(sampling_copy(first, cfg.temperature, cfg.seed + k))
         if cfg.samples > 1:
-            out[0] = _sampling_copy(first, cfg.temperature, cfg.seed)
+            out[0] = sampling_copy(first, cfg.temperature, cfg.seed)
         return out
 
     def get(self, task: Task, k: int) -> Any:
@@ -208,18 +200,6 @@ class _Policies:
         if self._lm is None:
             self._lm = self._trained()
         return self._lm[k]
-
-
-def _sampling_copy(policy: Any, temperature: float, seed: int) -> Any:
-    """The same policy sampling at ``temperature`` with ``seed`` (a local model shares its weights;
-    a remote client gets the temperature in its request)."""
-    import copy
-
-    p = copy.copy(policy)
-    client = copy.copy(policy.client)
-    client.temperature, client.seed = temperature, seed
-    p.client = client
-    return p
 
 
 def _untrained_dir(params: Params, cfg: EvalConfig) -> Path:

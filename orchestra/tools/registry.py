@@ -80,6 +80,10 @@ def page_store(world_dir: Path | None) -> PageStore:
     """The world's pages; with no world, an empty store whose reason every page tool reports."""
     if world_dir is None:
         return PageStore.empty("no world directory was given, so there are no pages to search or read")
+    if not has_pages(Path(world_dir)):
+        return PageStore.empty(
+            f"{world_dir} has no knowledge base ({PAGES_FILE}): there are no pages to read"
+        )
     return PageStore.from_world(Path(world_dir))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +143,32 @@ def build_kb(
             pool = [o for o in by_type.get(rel.target, []) if o.id != e.id]
             if pool:
                 e.relations[rel.key] = pool[int(rng.integers(len(pool)))].id
+    return KnowledgeBase(entities)
+
+
+def kb_from_pages(pages: Iterable[tuple[str, str, Sequence[tuple[str, str]]]]) -> KnowledgeBase:
+    """The knowledge base a set of wiki pages written in the world's vocabulary describes: each page
+    ``(url, title, facts)`` whose ``Type`` fact names a catalogue type and whose URL is the one the world
+    gives its title becomes an entity, its labelled numbers the attributes, its labelled relations
+    (a value that is another such page's title) the relations. Other pages are left out: the builtin
+    rewriter has no words for them (search and browse still read them)."""
+    by_phrase = {t.phrase: t for t in TYPES_BY_NAME.values()}
+    kept: list[tuple[str, str, EType, dict[str, str]]] = []
+    for url, title, facts in pages:
+        labels = dict(facts)
+        etype = by_phrase.get(labels.get("Type", ""))
+        if etype is not None and url == WIKI + slugify(title):
+            kept.append((url, title, etype, labels))
+    ids = {title.lower(): f"p{k + 1:05d}" for k, (_, title, _, _) in enumerate(kept)}
+    entities = []
+    for (_, title, etype, labels), eid in zip(kept, ids.values(), strict=True):
+        attrs = {
+            a.key: int(labels[a.label]) for a in etype.attrs if labels.get(a.label, "").lstrip("-").isdigit()
+        }
+        rels = {
+            r.key: ids[labels[r.label].lower()] for r in etype.rels if labels.get(r.label, "").lower() in ids
+        }
+        entities.append(Entity(eid, title, etype.name, labels.get("Category", etype.category), attrs, rels))
     return KnowledgeBase(entities)
 
 

@@ -1,0 +1,148 @@
+"""A user's own seeds: an OmniGAIA-format file with questions, answers and media only (no program, no
+truth, no knowledge base) goes through the lineage, an expert policy behind `orchestra serve` over real
+loopback HTTP solving its seeds into reference solutions."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestra.agent.decision import render_decision
+from orchestra.agent.expert import expert_decision
+from orchestra.agent.serve import ScriptedResponder, start_server
+from orchestra.agent.state import OrchestraState
+from orchestra.agent.systems import builtin_backends
+from orchestra.config import AgentParams, Params
+from orchestra.errors import StageError
+from orchestra.io import read_jsonl
+from orchestra.schemas import (
+    AnchorFact,
+    DecisionSample,
+    Delegate,
+    PerceiveStep,
+    ReferenceSolution,
+    Task,
+    read_tasks_json,
+    write_tasks_json,
+)
+from orchestra.stages import run_stage
+
+#: the small world's seeds the builtin tools answer from their media alone (no wiki lookup)
+OWN = ("w7-0001", "w7-0003", "w7-0004", "w7-0010", "w7-0013", "w7-0016", "w7-0018", "w7-0022")
+#: the seed the scripted expert answers wrongly (set aside), and the one whose extractor reply is garbage
+WRONG, GARBLED = "w7-0010", "w7-0018"
+
+
+def own_file(world: Path, out: Path, ids: tuple[str, ...] = OWN) -> tuple[Path, dict[str, Task]]:
+    """``ids`` of ``world`` as a user's file: id, question, answer and media, nothing else; returns the
+    file and the world's tasks (with their programs: the test's knowledge, never the pipeline's)."""
+    world_tasks = {str(t.id): t for t in read_tasks_json(world / "tasks.json") if str(t.id) in ids}
+    bare = [
+        Task(id=t.id, question=t.question, answer=t.answer, omni_modal_input=t.omni_modal_input)
+        for t in world_tasks.values()
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    for t in bare:
+        for m in t.omni_modal_input:
+            (out / "media" / m.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(world / "media" / m.path, out / "media" / m.path)
+    write_tasks_json(out / "tasks.json", bare)
+    return out / "tasks.json", world_tasks
+
+
+def expert_lines(task: Task, agent: AgentParams, answer: str | None = None) -> list[dict[str, Any]]:
+    """What a good orchestrator says on ``task`` in the verbose state: the whole plan at turn 1 (the
+    strongest expert per step), the finish at turn 2 (``answer``: a wrong literal instead)."""
+    state = OrchestraState(
+        question=task.question, modal_inputs=task.omni_modal_input, backends=builtin_backends(agent).cards()
+    )
+    plan = expert_decision(state, task.solution_program or [], agent=agent, routing="strongest")
+    assert isinstance(plan, Delegate)
+    finish = answer or f"#{plan.subtasks[-1].id}"
+    asked = rf"(?s)You are the orchestrator\..*Question: {re.escape(task.question)}\n.*Turn "
+    return [
+        {"match": asked + "1 of", "content": render_decision(plan, "json")},
+        {"match": asked + "2 of", "content": json.dumps({"kind": "finish", "answer": finish})},
+    ]
+
+
+def own_params(file: Path, url: str, **sections: Any) -> dict[str, Any]:
+    llm = {"kind": "openai", "base_url": url, "model": "scripted", "max_retries": 0, "timeout_s": 20}
+    data: dict[str, Any] = {
+        "seed": {"source": "omnigaia_file", "path": str(file), "incoming": None},
+        "providers": {"builtin": {"kind": "builtin"}, "llm": llm},
+        "anchors": {"expert": "llm", "attempts": 1},
+        "decisions": {"seed": 3},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value}
+    return data
+
+
+@pytest.fixture(scope="module")
+def own(small_world: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Task]]:
+    return own_file(small_world, tmp_path_factory.mktemp("own") / "user")
+
+
+def _write(root: Path, data: dict[str, Any]) -> Params:
+    (root / "params.yaml").write_text(json.dumps(data))
+    return Params.model_validate(data)
+
+
+def test_no_expert_configured_fails_at_anchor_facts_naming_the_setting(
+    own: tuple[Path, dict[str, Task]], tmp_path: Path
+) -> None:
+    file, _ = own
+    data = own_params(file, "http://127.0.0.1:9/v1")
+    data["anchors"] = {}
+    params = _write(tmp_path, data)
+    root = tmp_path / "data"
+    run_stage("seed_tasks", params, root)
+    assert all(not t.solution_program for t in read_tasks_json(root / "seed_tasks" / "tasks.json"))
+    with pytest.raises(StageError, match=rf"anchor_facts produced no .*{len(OWN)} x .*set anchors\.expert|"
+                       rf"{len(OWN)} x no solution program and anchors\.expert is not set"):  # fmt: skip
+        run_stage("anchor_facts", params, root)
+
+
+def test_an_expert_solves_program_less_seeds_into_reference_solutions(
+    own: tuple[Path, dict[str, Task]], tmp_path: Path
+) -> None:
+    file, world = own
+    agent = AgentParams()
+    script: list[dict[str, Any]] = []
+    for tid, task in world.items():
+        script += expert_lines(task, agent, answer="7" if tid == WRONG else None)
+    responder = ScriptedResponder(script)
+    root = tmp_path / "data"
+    with start_server(responder) as srv:
+        params = _write(tmp_path, own_params(file, srv.url))
+        for stage in ("seed_tasks", "anchor_facts", "rewrite_candidates", "verified_samples"):
+            run_stage(stage, params, root)
+        for stage in ("expert_trajectories", "decision_samples"):
+            run_stage(stage, params, root)
+    summary = json.loads((root / "anchor_facts" / "summary.json").read_text())
+    assert summary["expert"]["solved"] == len(OWN) - 1 and summary["expert"]["set_aside"] == 1
+    rejected = {
+        r["task_id"]: r["reason"] for r in map(json.loads, (root / "anchor_facts" / "rejected.jsonl").open())
+    }
+    assert rejected[WRONG].startswith("expert did not solve it in 1 runs: run 1 answered '7'")
+    solutions = {
+        s.task_id: s for s in read_jsonl(root / "anchor_facts" / "solutions.jsonl", ReferenceSolution)
+    }
+    assert set(solutions) == set(OWN) - {WRONG}
+    for tid, sol in solutions.items():  # the expert's trajectory is the world's program, value for value
+        want = world[tid].solution_program or []
+        assert [s.model_dump(exclude={"out"}) for s in sol.program] == [
+            s.model_dump(exclude={"out"}) for s in want
+        ], tid
+    anchors = read_jsonl(root / "anchor_facts" / "anchors.jsonl", AnchorFact)
+    assert {a.task_id for a in anchors} == set(solutions)
+    assert all(a.checked_by for a in anchors)
+    samples = read_jsonl(root / "decision_samples" / "samples.jsonl", DecisionSample)
+    assert samples and {d.seed_id for d in samples} <= set(solutions)
+    assert any(isinstance(s, PerceiveStep) for sol in solutions.values() for s in sol.program)
