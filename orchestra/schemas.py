@@ -212,6 +212,11 @@ class AnchorFact(_Record):
     source: str | None = Field(None, description="modal input id or URL it comes from")
     perception: str | None = Field(None, description="perception facts: what is read (world perception name)")
     args: dict[str, Any] = Field(default_factory=dict, description="perception facts: its arguments")
+    goal: str | None = Field(
+        None,
+        description="a fact a model backend read: its goal ('#M1' names the modal input), no perception name",
+    )
+    skill: str | None = Field(None, description="with goal: the skill it asks of its backend")
     field: str | None = Field(None, description="kb facts: the page field read")
     checked_by: str | None = Field(None, description="the expert whose tools recovered it")
     stated_by: str | None = Field(None, description="the provider that wrote ``text`` (unset: builtin)")

@@ -95,7 +95,8 @@ def data_root(few: Path, tmp: Path) -> Path:
 def _facts(task: Task, extra: list[dict[str, str]] | None = None) -> dict[str, Any]:
     steps = task.solution_program or []
     return {
-        "facts": [{"step": s.out, "statement": f"LLM: {s.out} is {s.value}."} for s in steps] + (extra or [])
+        "facts": [{"step": s.out, "statement": f"LLM: {s.out} is {s.value}."} for s in steps] + (extra or []),
+        "media_facts": [],
     }
 
 
@@ -146,7 +147,9 @@ def test_extractor_states_facts_the_tools_still_check(few: Path, tmp_path: Path)
     assert json.dumps(schema, sort_keys=True) in first["messages"][0]["content"] and first["temperature"] == 0
     sent = item(first)
     assert sent["answer"] == tasks[0].answer
-    assert sent["modal_inputs"] == [{"id": m.id, "type": m.type} for m in tasks[0].omni_modal_input]
+    assert sent["modal_inputs"] == [
+        {"ref": f"#M{k}", "id": m.id, "type": m.type} for k, m in enumerate(tasks[0].omni_modal_input, 1)
+    ]
     program = tasks[0].solution_program or []
     assert [(s["out"], s["op"], s["value"]) for s in sent["steps"]] == [
         (s.out, s.op, s.value) for s in program
@@ -158,9 +161,9 @@ def test_extractor_replies_missing_twice_or_off_schema_are_rejected(few: Path) -
     tasks = read_tasks_json(few / "tasks.json")[:3]
     f0, f1 = _facts(tasks[0]), _facts(tasks[1])
     script = [
-        {"content": json.dumps({"facts": f0["facts"][1:]})},  # the first step left out
-        {"content": json.dumps({"facts": [*f1["facts"], f1["facts"][0]]})},  # a step twice
-        {"content": json.dumps({"facts": [{"step": "v1"}]})},  # no statement
+        {"content": json.dumps({"facts": f0["facts"][1:], "media_facts": []})},  # the first step left out
+        {"content": json.dumps({"facts": [*f1["facts"], f1["facts"][0]], "media_facts": []})},  # a step twice
+        {"content": json.dumps({"facts": [{"step": "v1"}], "media_facts": []})},  # no statement
     ]
     with start_server(ScriptedResponder(script)) as srv:
         got = state_facts(tasks, provider(srv.url, "anchors.provider"), max_facts=8)

@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from orchestra.backends.base import Backend, SubResult, SubTaskInput
@@ -221,7 +222,9 @@ def _prompt(task: SubTaskInput) -> str:
 class OpenAIBackend(Backend):
     """A sub-agent on a chat model: OpenAI tool calling (``tools=[tool.spec()]``, results sent back as
     ``role: tool`` messages) for at most ``max_steps`` model calls; a reply without tool calls is the
-    final answer (the text after ``ANSWER:``, else the whole reply)."""
+    final answer (the text after ``ANSWER:``, else the whole reply). The modal inputs of the kinds
+    its provider takes (``media.inputs``) go with the sub-task as content parts
+    (:mod:`orchestra.backends.media`); the others it reads through its tools, by path."""
 
     kind = "openai"
 
@@ -233,18 +236,33 @@ class OpenAIBackend(Backend):
         cost: PriceSpec | None = None,
         latency: LatencySpec | None = None,
         description: str = "",
+        media: ProviderSpec | None = None,
     ) -> None:
         super().__init__(name, skills, cost, latency, description)
-        self.client = client
+        self.client, self.media = client, media
+
+    def _user(self, task: SubTaskInput) -> str | list[dict[str, Any]]:
+        """The sub-task's message: its text, then the media its provider takes as parts."""
+        from orchestra.backends.media import content_parts
+
+        root = Path(task.media_root) if task.media_root else None
+        parts = content_parts(sorted(task.modal_inputs.items()), root, self.media, self.client)
+        return [{"type": "text", "text": _prompt(task)}, *parts] if parts else _prompt(task)
 
     async def run(self, task: SubTaskInput, tools: Sequence[Tool]) -> SubResult:
         import asyncio
 
+        from orchestra.tools.media import MediaError
+
         box = ToolBox(tools, max_steps=10 * task.max_steps)
         specs = [t.spec() for t in tools]
+        try:
+            user = await asyncio.to_thread(self._user, task)
+        except (MediaError, LMError) as e:
+            return self._result(False, None, "", box, 0, 0, f"cannot send the sub-task's media: {e}")
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": _SYSTEM},
-            {"role": "user", "content": _prompt(task)},
+            {"role": "user", "content": user},
         ]
         tin = tout = 0
         error = f"no final answer within {task.max_steps} model calls"
@@ -321,7 +339,8 @@ def openai_factory(providers: Mapping[str, ProviderSpec]) -> Any:
     def make(name: str, spec: BackendSpec) -> OpenAIBackend:
         if spec.provider is None or spec.provider not in providers:
             raise LMError(f"backend {name!r}: provider {spec.provider!r} is not in providers")
-        client = client_for(providers[spec.provider])
-        return OpenAIBackend(name, client, spec.skills, spec.price, spec.latency, spec.description)
+        provider = providers[spec.provider]
+        client = client_for(provider)
+        return OpenAIBackend(name, client, spec.skills, spec.price, spec.latency, spec.description, provider)
 
     return make

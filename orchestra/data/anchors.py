@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -33,33 +32,28 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from orchestra.agent.expert import ExpertError, StepGoal, step_backend, step_goal, stronger_backend
-from orchestra.agent.refs import modal_key
+from orchestra.agent.expert import ExpertError, step_goal
 from orchestra.backends.base import BackendRegistry
-from orchestra.backends.calibrate import same_value, step_input, step_subtasks
-from orchestra.backends.perceptions import PERCEPTIONS
+from orchestra.backends.calibrate import step_subtasks
+from orchestra.backends.goals import literal
 from orchestra.config import AgentParams, AnchorParams, Params
 from orchestra.data.llm import JsonProvider, Statements, stage_provider, state_facts
-from orchestra.data.reference import NO_PROGRAM, SOLUTIONS_FILE, solve_seeds, with_references
+from orchestra.data.recheck import Checker, fact_of, lone_node, step_inputs
+from orchestra.data.reference import (
+    NO_PROGRAM,
+    SOLUTIONS_FILE,
+    NoReference,
+    goal_step,
+    solve_seeds,
+    with_references,
+)
 from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
-from orchestra.schemas import (
-    AnchorFact,
-    BrowseStep,
-    ComputeStep,
-    PerceiveStep,
-    SearchStep,
-    SubTask,
-    SubtaskStep,
-    Task,
-)
-from orchestra.text import format_value
+from orchestra.schemas import AnchorFact, PerceiveStep, SubtaskStep, Task
 from orchestra.tools.base import ToolRegistry
 from orchestra.world.perception import perceive
 
 __all__ = ["AnchorRun", "build_anchor_facts", "extract_anchors", "material_steps"]
-
-_MODALITY = {"search": "web", "browse": "web", "compute": "compute"}
 
 
 class AnchorRun:
@@ -69,6 +63,7 @@ class AnchorRun:
         self.anchors: list[AnchorFact] = []
         self.material: list[AnchorFact] = []
         self.rejected: list[dict[str, str]] = []
+        self.unrecovered: list[dict[str, Any]] = []  # the extractor's media facts no sub-task recovered
         self.expert_calls: dict[str, int] = {}  # expert -> sub-tasks it ran
         self.wall_s = 0.0
 
@@ -137,115 +132,8 @@ def _readable(truth: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield from _readable(truth["audio_track"])
 
 
-def _fact(task: Task, step: Any, expert: str) -> AnchorFact:
-    tid = str(task.id)
-    value = format_value(step.value)
-    base = {"task_id": tid, "fact_id": f"{tid}:{step.out}", "step": step.out, "value": step.value}
-    if isinstance(step, PerceiveStep):
-        mod = next(m for m in task.omni_modal_input if m.id == step.input_id)
-        goal = PERCEPTIONS[step.perception].render(step.args)
-        return AnchorFact(
-            **base,
-            kind="perception",
-            modality=mod.type,  # type: ignore[arg-type]
-            text=f"{goal} in the {mod.type} {mod.id}: {value}",
-            source=mod.id,
-            perception=step.perception,
-            args=dict(step.args),
-            checked_by=expert,
-        )
-    if isinstance(step, SearchStep | BrowseStep):
-        what = f"the page titled as {step.query!r} is" if isinstance(step, SearchStep) else f"{step.field} ="
-        return AnchorFact(
-            **base,
-            kind="kb",
-            modality="web",
-            text=f"{what} {value}",
-            source=step.value if isinstance(step, SearchStep) else step.url,
-            field=step.field if isinstance(step, BrowseStep) else None,
-            checked_by=expert,
-        )
-    if isinstance(step, SubtaskStep):
-        return _subtask_fact(task, step, base, value, expert)
-    assert isinstance(step, ComputeStep)
-    return AnchorFact(
-        **base, kind="compute", modality="compute", text=f"{step.expression} = {value}", checked_by=expert
-    )
-
-
-def _subtask_fact(task: Task, step: SubtaskStep, base: dict[str, Any], value: str, expert: str) -> AnchorFact:
-    """A model backend's sub-task as a fact: a perception when it reads a modal input (the first it
-    names), a knowledge lookup for the search and browse skills, a computation otherwise."""
-    keys = {modal_key(i): m for i, m in enumerate(task.omni_modal_input)}
-    mod = next((keys[k] for k in re.findall(r"#(M[1-9][0-9]*)\b", step.goal) if k in keys), None)
-    text = f"{step.goal}: {value}"
-    if mod is not None:
-        return AnchorFact(
-            **base,
-            kind="perception",
-            modality=mod.type,
-            text=text,
-            source=mod.id,
-            checked_by=expert,  # type: ignore[arg-type]
-        )
-    kb = step.skill in ("search", "browse")
-    return AnchorFact(
-        **base,
-        kind="kb" if kb else "compute",
-        modality="web" if kb else "compute",
-        text=text,
-        checked_by=expert,
-    )
-
-
-class _Checker:
-    """Runs one step as a sub-task on the expert the expert policy would pick, then, while the
-    result is unsure or wrong, on the stronger experts its escalation rule names (see the module
-    docstring): the same tool calls trajectories make, so the perception cache serves them later."""
-
-    def __init__(self, backends: BackendRegistry, tools: ToolRegistry, media_root: Path, agent: AgentParams):
-        self.backends, self.tools, self.media_root, self.agent = backends, tools, media_root, agent
-        self.cards = backends.cards()
-        self.calls: dict[str, int] = {}
-
-    async def check(
-        self, task: Task, kind: StepGoal, node: SubTask, values: dict[str, Any], expected: Any
-    ) -> tuple[str | None, str]:
-        """(the expert that recovered the value, or None; the reason when none did)."""
-        try:
-            name: str | None = step_backend(kind, self.cards, self.agent, node.id)
-        except ExpertError as e:
-            return None, str(e)
-        tried: set[str] = set()
-        reason = ""
-        while name is not None:
-            tried.add(name)
-            backend = self.backends.get(name)
-            sti = step_input(task, node, values, name, self.media_root, self.agent)
-            self.calls[name] = self.calls.get(name, 0) + 1
-            res = await backend.run(sti, [self.tools.get(n) for n in sti.subtask.tools])
-            after = stronger_backend(self.cards, kind.skill, tried)
-            sure = res.confidence is None or res.confidence >= self.agent.escalation_confidence
-            if res.ok and same_value(res.value, expected, kind.skill == "code") and (sure or after is None):
-                return name, ""
-            got = res.error if not res.ok else f"read {format_value(res.value)!r}"
-            reason = f"{name} {got} (recorded {format_value(expected)!r})"
-            name = after
-        return None, reason
-
-
-def _inputs(task: Task) -> dict[str, tuple[str, str]]:
-    return {m.id: (modal_key(i), m.type) for i, m in enumerate(task.omni_modal_input)}
-
-
-def _material_node(task: Task, step: PerceiveStep) -> tuple[StepGoal, SubTask, dict[str, Any]]:
-    kind = step_goal(step, {}, _inputs(task))
-    node = SubTask(id="E1", goal=kind.goal, modalities=kind.modalities(), tools=list(kind.tools))
-    return kind, node, {key: f"#{key}" for key, _ in _inputs(task).values()}
-
-
 async def _seed(
-    checker: _Checker,
+    checker: Checker,
     task: Task,
     media_truth: dict[str, dict[str, Any]],
     max_facts: int,
@@ -274,24 +162,59 @@ async def _seed(
     facts: list[AnchorFact] = []
     ids = {s.out: f"E{k}" for k, s in enumerate(program, 1)}
     for (_, node, values, expected), step in zip(step_subtasks(task), program, strict=True):
-        expert, why = await checker.check(task, step_goal(step, ids, _inputs(task)), node, values, expected)
+        expert, why = await checker.check(
+            task, step_goal(step, ids, step_inputs(task)), node, values, expected
+        )
         if expert is None:
             run.rejected.append(
                 {"task_id": tid, "reason": f"step {step.out} ({step.op}) not recovered: {why}"}
             )
             return
-        fact = _fact(task, step, expert)
+        fact = fact_of(task, step, expert)
         if stated is not None and tid in stated.facts:
             fact = fact.model_copy(update={"text": stated.facts[tid][step.out], "stated_by": stated.by})
         facts.append(fact)
     material: list[AnchorFact] = []
     for step in material_steps(task, media_truth):
-        kind, node, refs = _material_node(task, step)
+        kind, node, refs = lone_node(task, step)
         expert, _ = await checker.check(task, kind, node, refs, step.value)
         if expert is not None:
-            material.append(_fact(task, step, expert))
+            material.append(fact_of(task, step, expert))
+    if stated is not None:
+        material += await _stated_media(checker, task, stated, run)
     run.anchors.extend(facts)
     run.material.extend(material)
+
+
+async def _stated_media(checker: Checker, task: Task, stated: Statements, run: AnchorRun) -> list[AnchorFact]:
+    """The openai extractor's facts about ``task``'s media that a perception sub-task recovers, as
+    material (its statement the text); the others go to ``run.unrecovered`` with the reason."""
+    tid = str(task.id)
+    cards = {c.name: c for c in checker.cards}
+    kept = []
+    for k, said in enumerate(stated.media.get(tid, []), 1):
+        try:
+            step = goal_step(said.goal, literal(said.value), f"s{k}", task, cards)
+            if (
+                not isinstance(step, PerceiveStep | SubtaskStep)
+                or not step_goal(step, {}, step_inputs(task)).modalities()
+            ):
+                raise NoReference("its goal reads no modal input (#M<n>)")
+        except (NoReference, ExpertError) as e:
+            why = str(e)
+        else:
+            kind, node, refs = lone_node(task, step)
+            expert, why = await checker.check(task, kind, node, refs, step.value)
+            if expert is not None:
+                kept.append(
+                    fact_of(task, step, expert).model_copy(
+                        update={"text": said.statement, "stated_by": stated.by}
+                    )
+                )
+                continue
+        row = {"task_id": tid, "goal": said.goal, "value": said.value, "reason": f"not recovered: {why}"}
+        run.unrecovered.append(row)
+    return kept
 
 
 def extract_anchors(
@@ -314,7 +237,7 @@ def extract_anchors(
         media_truth = load_truth(world_dir).media
     except OrchestraError:
         media_truth = {}  # not a generated world: no material, the program steps are still checked
-    checker = _Checker(backends, tools, Path(world_dir) / "media", agent)
+    checker = Checker(backends, tools, Path(world_dir) / "media", agent)
     runs = [AnchorRun() for _ in tasks]
 
     async def main() -> None:
@@ -333,6 +256,7 @@ def extract_anchors(
         out.anchors.extend(r.anchors)
         out.material.extend(r.material)
         out.rejected.extend(r.rejected)
+        out.unrecovered.extend(r.unrecovered)
     out.expert_calls = dict(sorted(checker.calls.items()))
     out.wall_s = round(time.perf_counter() - t0, 2)
     return out
@@ -361,7 +285,7 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         stated = None
         if spec.kind == "openai":
             provider = JsonProvider(spec, key, "anchors.provider")
-            stated = state_facts(tasks, provider, params.anchors.max_facts)
+            stated = state_facts(tasks, provider, params.anchors.max_facts, seeds_dir / "media")
         run = extract_anchors(
             tasks, seeds_dir, params.anchors, params.agent, tools, backends, 2, stated, solved.rejected
         )
@@ -379,6 +303,7 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         "by_kind": dict(sorted(Counter(a.kind for a in run.anchors).items())),
         "expert_calls": run.expert_calls,
         **({"expert": solved.summary} if solved.summary else {}),
+        **({"media_facts_set_aside": len(run.unrecovered)} if stated is not None else {}),
     }
     timings = {
         "wall_s": run.wall_s,
@@ -389,6 +314,9 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         write_jsonl(tmp / "material.jsonl", run.material)
         if solved.summary:  # seeds without a program: the reference solutions the expert found
             write_jsonl(tmp / SOLUTIONS_FILE, solved.solutions)
+        if stated is not None:  # the openai extractor's facts about the media that no sub-task recovered
+            lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in run.unrecovered)
+            atomic_write_text(tmp / "media_facts_set_aside.jsonl", lines)
         atomic_write_text(
             tmp / "rejected.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in run.rejected)
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +35,7 @@ from orchestra.schemas import RewriteCandidate, SolutionStep, Task, brief
 __all__ = [
     "ExtractorReply",
     "JsonProvider",
+    "MediaFact",
     "Rephrase",
     "Statements",
     "check_rephrase",
@@ -76,19 +78,22 @@ class JsonProvider:
         client = client_for(spec, JSON_TOKENS)
         assert isinstance(client, OpenAIClient)  # kind openai
         client.temperature = 0.0
-        self.client, self.name, self.label = client, name, f"{what} {name!r} ({client.base_url})"
+        self.spec, self.client, self.name = spec, client, name
+        self.label = f"{what} {name!r} ({client.base_url})"
 
-    def ask(self, model: type[M], task: str, item: Mapping[str, Any]) -> M:
-        """One request: ``task`` and ``model``'s schema as the system prompt, ``item`` as JSON."""
+    def ask(
+        self, model: type[M], task: str, item: Mapping[str, Any], parts: Sequence[Mapping[str, Any]] = ()
+    ) -> M:
+        """One request: ``task`` and ``model``'s schema as the system prompt, ``item`` as JSON, followed
+        by ``parts`` (media content parts, :mod:`orchestra.backends.media`) when there are any."""
         schema = model.model_json_schema()
         system = (
             f"{task}\n\nReply with exactly one JSON object and nothing else. It must match this JSON "
             f"schema:\n{json.dumps(schema, sort_keys=True)}"
         )
-        messages = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": json.dumps(item, sort_keys=True, ensure_ascii=False, default=str)},
-        ]
+        text = json.dumps(item, sort_keys=True, ensure_ascii=False, default=str)
+        user: Any = [{"type": "text", "text": text}, *map(dict, parts)] if parts else text
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         fmt = {
             "type": "json_schema",
             "json_schema": {"name": model.__name__, "schema": schema, "strict": True},
@@ -142,29 +147,55 @@ class StatedFact(BaseModel):
     statement: str = Field(description="one atomic, checkable sentence stating that step's recorded value")
 
 
+class MediaFact(BaseModel):
+    """Something else a modal input shows, stated by the extractor and checked by a perception sub-task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str = Field(description="a sub-task goal that reads it off one modal input, naming it as #M<n>")
+    value: str | int | float = Field(description="what that sub-task returns: a number as a number")
+    statement: str = Field(description="one atomic, checkable sentence stating it")
+
+
 class ExtractorReply(BaseModel):
-    """The openai extractor's reply: one fact per program step."""
+    """The openai extractor's reply: one fact per program step, and what else the media show."""
 
     model_config = ConfigDict(extra="forbid")
 
     facts: list[StatedFact]
+    media_facts: list[MediaFact]
 
 
 _EXTRACT = (
     "You extract the atomic facts a question's answer rests on. The user message is a JSON object: a "
-    "question, its answer, its modal inputs (id, type) and its solution program, each step with its out "
-    "(a variable name), op, arguments and the value it recorded. Write exactly one fact per step: one "
-    "atomic, checkable sentence that states the step's recorded value and where it comes from (which "
-    "modal input, which wiki page and field, or which calculation)."
+    "question, its answer, its modal inputs (ref #M<n>, id, type) and its solution program, each step with "
+    "its out (a variable name), op, arguments and the value it recorded; the media you can see follow it. "
+    "Write exactly one fact per step: one atomic, checkable sentence that states the step's recorded value "
+    "and where it comes from (which modal input, which wiki page and field, or which calculation). Then, "
+    "under media_facts, state other facts the modal inputs show that a question could be built on (a "
+    "count, a number or a name read off one input), each with the sub-task goal that reads it and the "
+    "value it returns; each is kept only when that sub-task, run again by the tools, returns the value. "
+    "Write the goal in this grammar where it fits (#M<n> names the input):\n"
 )
 
 
+def extractor_prompt() -> str:
+    """The extractor's task with the builtin goal grammar (what the perception experts execute)."""
+    from orchestra.backends.goals import goal_phrases
+
+    skills = {"ocr", "counting", "chart", "audio_signal", "speech", "video_temporal"}
+    lines = [f"- {p}" for k, ps in goal_phrases().items() if k in skills for p in ps]
+    return _EXTRACT + "\n".join(lines)
+
+
 class Statements:
-    """What the openai extractor stated: per seed, its statements by step, or why its reply was set aside."""
+    """What the openai extractor stated: per seed, its statements by step and its facts about the media,
+    or why its reply was set aside."""
 
     def __init__(self, by: str) -> None:
         self.by = by
         self.facts: dict[str, dict[str, str]] = {}
+        self.media: dict[str, list[MediaFact]] = {}
         self.rejected: dict[str, str] = {}
 
 
@@ -184,25 +215,37 @@ def _statements(reply: ExtractorReply, outs: list[str]) -> dict[str, str]:
     return got
 
 
-def state_facts(tasks: list[Task], provider: JsonProvider, max_facts: int) -> Statements:
+def state_facts(
+    tasks: list[Task], provider: JsonProvider, max_facts: int, media_root: Path | None = None
+) -> Statements:
     """The openai extractor's statements for every seed with a program of at most ``max_facts`` steps
-    (``orchestra.data.anchors`` sets the others aside anyway), asked in task order, one at a time."""
+    (``orchestra.data.anchors`` sets the others aside anyway), asked in task order, one at a time, each
+    sent the seed's media the provider takes (``inputs``; under ``media_root``)."""
+    from orchestra.backends.media import content_parts
+    from orchestra.tools.media import MediaError
+
     out = Statements(provider.name)
+    prompt = extractor_prompt()
     for task in tasks:
         program = task.solution_program or []
         if not program or len(program) > max_facts:
             continue
+        keyed = [(f"M{i + 1}", m) for i, m in enumerate(task.omni_modal_input)]
         item = {
             "question": task.question,
             "answer": task.answer,
-            "modal_inputs": [{"id": m.id, "type": m.type} for m in task.omni_modal_input],
+            "modal_inputs": [{"ref": f"#{k}", "id": m.id, "type": m.type} for k, m in keyed],
             "steps": program_steps(program),
         }
         try:
-            reply = provider.ask(ExtractorReply, _EXTRACT, item)
+            parts = content_parts(keyed, media_root, provider.spec, provider.client)
+            reply = provider.ask(ExtractorReply, prompt, item, parts)
             out.facts[str(task.id)] = _statements(reply, [s.out for s in program])
+            out.media[str(task.id)] = list(reply.media_facts)
         except ReplyError as e:
             out.rejected[str(task.id)] = f"extractor reply rejected: {e}"
+        except MediaError as e:
+            out.rejected[str(task.id)] = f"extractor media unreadable: {e}"
     return out
 
 

@@ -220,6 +220,12 @@ class Builder:
     # -- extensions -------------------------------------------------------------------------------
     def add_material(self, fact: AnchorFact) -> Var:
         self.used_material.add(fact.fact_id)
+        if fact.perception is None and fact.goal:  # read by a model backend: its sub-task again
+            sub = SubtaskStep(
+                out=self.next_out(), value=fact.value, goal=fact.goal, skill=fact.skill or "reasoning",
+                backend=fact.checked_by,
+            )  # fmt: skip
+            return self.subtask(sub)
         step = PerceiveStep(
             out=self.next_out(),
             value=fact.value,

@@ -53,6 +53,7 @@ __all__ = [
     "NoReference",
     "Solved",
     "answer_matches",
+    "goal_step",
     "load_reference_seeds",
     "load_solutions",
     "pick_solution",
@@ -144,10 +145,34 @@ def _skill(
     return max(demand, key=lambda k: (demand[k], k))
 
 
-def _step(
-    e: Evidence, out: str, var: Mapping[str, str], task: Task, cards: Mapping[str, BackendCard]
+def _model_backend(goal: str, modal_types: Sequence[str], cards: Mapping[str, BackendCard]) -> str:
+    """The model backend (not a builtin expert) a goal outside the grammar goes to: the best match of
+    its demand; NoReference when the pool has none."""
+    models = [c for c in cards.values() if c.kind != "builtin"]
+    if not models:
+        raise NoReference(
+            f"the goal {goal[:80]!r} is outside the builtin grammar and no model backend runs it"
+        )
+    demand = infer_demand(goal, modal_types)
+    return max(models, key=lambda c: (sum(demand.get(k, 0.0) * v for k, v in c.skills.items()), c.name)).name
+
+
+def goal_step(
+    raw: str,
+    value: Any,
+    out: str,
+    task: Task,
+    cards: Mapping[str, BackendCard],
+    *,
+    var: Mapping[str, str] | None = None,
+    backend: str | None = None,
+    tools: Sequence[str] = (),
 ) -> SolutionStep:
-    raw = e.planned_goal or e.goal
+    """The program step that runs goal ``raw`` and records ``value``: a perceive, search, browse or
+    compute step for a goal in the builtin grammar, else a :class:`SubtaskStep` on ``backend`` (the
+    best-matching model backend of ``cards`` when None). ``var``: evidence id -> program variable of
+    the results it reads (``#E3`` -> ``v2``)."""
+    var = var or {}
     text = REF_PATTERN.sub(lambda m: var[f"E{m.group(2)}"] if m.group(1) == "E" else m.group(0), raw)
     try:
         goal = parse_goal(text)
@@ -157,32 +182,31 @@ def _step(
         assert goal.modal is not None and goal.perception is not None
         index = int(goal.modal[1:]) - 1
         if index >= len(task.omni_modal_input):
-            raise NoReference(f"{e.id} reads #{goal.modal}, which is not a modal input")
+            raise NoReference(f"the goal {raw!r} reads #{goal.modal}, which is not a modal input")
+        args = dict(goal.meta.get("args", {}))
+        input_id = task.omni_modal_input[index].id
         return PerceiveStep(
-            out=out,
-            value=e.value,
-            input_id=task.omni_modal_input[index].id,
-            perception=goal.perception.name,
-            args=dict(goal.meta.get("args", {})),
+            out=out, value=value, input_id=input_id, perception=goal.perception.name, args=args
         )
     if goal is not None and goal.kind in ("search", "browse"):
         arg = goal.args["query"] if goal.kind == "search" else goal.args["url"]
         ref = f"${arg}" if arg in var.values() else arg
-        if ref == arg and re.search(r"\bv[0-9]+\b", arg) and _goal_refs(e):
-            raise NoReference(f"{e.id}: a {goal.kind} goal mixes a result with text ({raw!r})")
+        if ref == arg and any(re.search(rf"\b{v}\b", arg) for v in var.values()):
+            raise NoReference(f"a {goal.kind} goal mixes a result with text ({raw!r})")
         if goal.kind == "search":
-            return SearchStep(out=out, value=e.value, query=ref)
-        return BrowseStep(out=out, value=e.value, url=ref, field=str(goal.meta["field"]))
+            return SearchStep(out=out, value=value, query=ref)
+        return BrowseStep(out=out, value=value, url=ref, field=str(goal.meta["field"]))
     if goal is not None and goal.kind == "compute":
-        return ComputeStep(out=out, value=e.value, expression=str(goal.meta["expression"]))
+        return ComputeStep(out=out, value=value, expression=str(goal.meta["expression"]))
     types = [m.type for k, m in enumerate(task.omni_modal_input) if f"#M{k + 1}" in raw]
+    backend = backend or _model_backend(raw, types, cards)
     return SubtaskStep(
         out=out,
-        value=e.value,
+        value=value,
         goal=REF_PATTERN.sub(lambda m: f"${var[f'E{m.group(2)}']}" if m.group(1) == "E" else m.group(0), raw),
-        skill=_skill(raw, e.backend, types, cards),
-        tools=list(e.tools),
-        backend=e.backend,
+        skill=_skill(raw, backend, types, cards),
+        tools=list(tools),
+        backend=backend,
     )
 
 
@@ -194,7 +218,14 @@ def trajectory_program(task: Task, traj: Trajectory, cards: Sequence[BackendCard
     order = _needed(_sink(traj, evidence), evidence)
     var = {eid: f"v{k}" for k, eid in enumerate(order, 1)}
     by_name = {c.name: c for c in cards}
-    return [_step(evidence[eid], var[eid], var, task, by_name) for eid in order]
+    steps = []
+    for eid in order:
+        e = evidence[eid]
+        raw = e.planned_goal or e.goal
+        steps.append(
+            goal_step(raw, e.value, var[eid], task, by_name, var=var, backend=e.backend, tools=e.tools)
+        )
+    return steps
 
 
 def pick_solution(
