@@ -73,6 +73,7 @@ DEPS: dict[str, StageDeps] = {
         ("seed_tasks", "anchor_facts"),
         ("rewrite", "verify.similarity_metric", "verify.max_lexical_similarity", "agent", "providers"),
         (
+            "orchestra/data/candidates.py",
             "orchestra/data/rewrite.py",
             "orchestra/data/reference.py",
             "orchestra/data/program.py",

@@ -26,7 +26,7 @@ def _anchor_facts(params: Params, root: Path) -> dict[str, Any]:
 
 
 def _rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
-    from orchestra.data.rewrite import build_rewrite_candidates
+    from orchestra.data.candidates import build_rewrite_candidates
 
     return build_rewrite_candidates(params, root)
 

@@ -185,7 +185,7 @@ def built(small_world: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
     from orchestra.config import Params
     from orchestra.data.anchors import build_anchor_facts
-    from orchestra.data.rewrite import build_rewrite_candidates
+    from orchestra.data.candidates import build_rewrite_candidates
     from orchestra.data.trajectories import build_decision_samples, build_expert_trajectories
     from orchestra.data.verified import build_verified_samples
 

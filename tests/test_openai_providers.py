@@ -16,8 +16,8 @@ from orchestra.agent.serve import ScriptedResponder, start_server
 from orchestra.backends.chat import LMError
 from orchestra.config import Params, ProviderSpec
 from orchestra.data.anchors import build_anchor_facts
+from orchestra.data.candidates import build_rewrite_candidates
 from orchestra.data.llm import ExtractorReply, JsonProvider, rephrase_candidates, state_facts
-from orchestra.data.rewrite import build_rewrite_candidates
 from orchestra.data.verify import verify_report
 from orchestra.data.verify_bypass import PageReader
 from orchestra.data.verify_judge import LLMJudge, field_fact, make_judge

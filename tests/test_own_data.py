@@ -26,6 +26,7 @@ from orchestra.schemas import (
     Delegate,
     PerceiveStep,
     ReferenceSolution,
+    RewriteCandidate,
     Task,
     read_tasks_json,
     write_tasks_json,
@@ -146,3 +147,126 @@ def test_an_expert_solves_program_less_seeds_into_reference_solutions(
     samples = read_jsonl(root / "decision_samples" / "samples.jsonl", DecisionSample)
     assert samples and {d.seed_id for d in samples} <= set(solutions)
     assert any(isinstance(s, PerceiveStep) for sol in solutions.values() for s in sol.program)
+
+
+def _truth(world: Path) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in map(json.loads, (world / "truth" / "media.jsonl").open())}
+
+
+def extractor_lines(task: Task, truth: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The extractor's reply for ``task``: a statement per program step, and two media facts where the
+    image shows other colours (one true, one miscounted); garbage for the GARBLED seed."""
+    asked = rf"(?s)You extract the atomic facts.*{re.escape(json.dumps(task.question)[1:-1])}"
+    if str(task.id) == GARBLED:
+        return [{"match": asked, "content": "Sure! The facts are: the image is colourful."}]
+    facts = [{"step": s.out, "statement": f"{s.out} is {s.value}."} for s in task.solution_program or []]
+    media: list[dict[str, Any]] = []
+    for k, m in enumerate(task.omni_modal_input, 1):
+        rec = truth[m.id]["facts"]
+        if m.type == "image" and rec.get("kind") == "shapes":
+            for colour, shapes in sorted(rec["counts"].items())[:1]:
+                n = sum(shapes.values())
+                goal = f"count the shapes of colour {colour} and type any in #M{k}"
+                media += [
+                    {"goal": goal, "value": n, "statement": f"The image shows {n} {colour} shapes."},
+                    {"goal": goal, "value": n + 5, "statement": f"The image shows {n + 5} {colour} shapes."},
+                ]
+    return [{"match": asked, "content": json.dumps({"facts": facts, "media_facts": media})}]
+
+
+WRITTEN = {  # the openai rewriter's own candidates for the strategies that need pages
+    "multi_hop_chaining": {
+        "question": "What is twice the value the seed question asks for, read off the media?",
+        "steps": [{"id": "n1", "op": "compute", "arg": "v3 * 2", "field": ""}],
+    },
+    "entity_obfuscation": {
+        "question": "Which page names the place the media show?",
+        "steps": [{"id": "n1", "op": "search", "arg": "Banimin", "field": ""}],
+    },
+}
+
+
+@pytest.mark.slow
+def test_a_program_less_file_goes_through_every_stage_with_scripted_models(
+    own: tuple[Path, dict[str, Task]], small_world: Path, tmp_path: Path, tiny_train: dict[str, Any]
+) -> None:
+    """The acceptance path: expert, extractor, rewriter and judge are one scripted endpoint over real
+    HTTP; the seeds reach decision_samples, a tiny SFT policy and benchmark_scores."""
+    from conftest import TINY_EVAL
+
+    file, world = own
+    agent, truth = AgentParams(), _truth(small_world)
+    verdict = {"consistent": True, "score": 0.9, "reason": "the program computes it"}
+    base: list[dict[str, Any]] = [
+        {"match": "You judge generated question-answering", "times": 0, "content": json.dumps(verdict)}
+    ]
+    for s, w in WRITTEN.items():
+        base.append(
+            {
+                "match": rf'(?s)You write harder questions.*"strategy": "{s}"',
+                "times": 0,
+                "content": json.dumps(w),
+            }
+        )
+    for tid, task in world.items():
+        base += expert_lines(task, agent, answer="7" if tid == WRONG else None)
+        base += extractor_lines(task, truth)
+    root = tmp_path / "data"
+    llm = {"inputs": ["image", "audio", "video"], "video_frames": 2}
+    stages = {
+        "rewrite": {"provider": "llm"},
+        "verify": {"judge_provider": "llm"},
+        "anchors": {"provider": "llm"},
+    }
+    data = own_params(file, "URL", **stages)
+    data["train"] = tiny_train
+    data["eval"] = {**TINY_EVAL, "rows": ["orchestra_oracle", "orchestra_sft"], "shards": 1}
+    # the builtin grammar's drafts first (deterministic), so the rewriter's rephrasings can be scripted
+    drafts = tmp_path / "drafts"
+    with start_server(ScriptedResponder(list(base))) as srv:
+        first = json.loads(json.dumps(data).replace('"URL"', json.dumps(srv.url)))
+        first["providers"]["llm"].update(llm)
+        first["rewrite"] = {}
+        params = _write(tmp_path, first)
+        for stage in ("seed_tasks", "anchor_facts", "rewrite_candidates"):
+            run_stage(stage, params, drafts)
+    rephrased = [
+        {"match": rf"(?s)You rephrase questions.*{re.escape(json.dumps(c.task.question)[1:-1])}",
+         "content": json.dumps({"question": f"{c.task.question} Give only the number."})}
+        for c in read_jsonl(drafts / "rewrite_candidates" / "candidates.jsonl", RewriteCandidate)
+    ]  # fmt: skip
+    responder = ScriptedResponder(base + rephrased)
+    with start_server(responder) as srv:
+        data = json.loads(json.dumps(data).replace('"URL"', json.dumps(srv.url)))
+        data["providers"]["llm"].update(llm)
+        params = _write(tmp_path, data)
+        for stage in ("seed_tasks", "anchor_facts", "rewrite_candidates", "verified_samples"):
+            run_stage(stage, params, root)
+        for stage in ("expert_trajectories", "decision_samples", "policy_sft", "benchmark_scores"):
+            run_stage(stage, params, root)
+    anchors = json.loads((root / "anchor_facts" / "summary.json").read_text())
+    assert anchors["expert"]["solved"] == len(OWN) - 1  # the summary says how many the expert solved
+    rejected = {
+        r["task_id"]: r["reason"] for r in map(json.loads, (root / "anchor_facts" / "rejected.jsonl").open())
+    }
+    assert rejected[WRONG].startswith("expert did not solve it")  # ... and why the rest were set aside
+    assert rejected[GARBLED].startswith("extractor reply rejected: the reply is not JSON")
+    material = read_jsonl(root / "anchor_facts" / "material.jsonl", AnchorFact)
+    assert material and all(m.stated_by == "llm" and m.checked_by for m in material)
+    unrecovered = [json.loads(x) for x in (root / "anchor_facts" / "media_facts_set_aside.jsonl").open()]
+    assert len(unrecovered) == len(material) and all("not recovered" in r["reason"] for r in unrecovered)
+    extractor = [
+        r for r in responder.requests if "You extract the atomic facts" in r["messages"][0]["content"]
+    ]
+    assert extractor and all(isinstance(r["messages"][1]["content"], list) for r in extractor)  # media sent
+    cands = json.loads((root / "rewrite_candidates" / "summary.json").read_text())
+    reasons = [json.loads(x)["reason"] for x in (root / "rewrite_candidates" / "rejected.jsonl").open()]
+    assert cands["cells"].get("multi_hop_chaining/Medium", 0) > 0  # written by the model, run by the stage
+    assert reasons and all(r.startswith("rewriter candidate rejected: search 'Banimin'") for r in reasons)
+    verified = json.loads((root / "verified_samples" / "summary.json").read_text())
+    assert verified["rows"] > 0 and verified["by_split"].get("test", 0) > 0
+    samples = read_jsonl(root / "decision_samples" / "samples.jsonl", DecisionSample)
+    assert {d.split for d in samples} >= {"train"}
+    assert (root / "policy_sft" / "model" / "model.safetensors").is_file()
+    scores = json.loads((root / "benchmark_scores" / "scores.json").read_text())
+    assert scores["orchestra_oracle"]["accuracy"]["em"]["mean"] == 1.0 and "orchestra_sft" in scores

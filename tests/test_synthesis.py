@@ -7,9 +7,9 @@ from pathlib import Path
 
 from orchestra.config import Params
 from orchestra.data.anchors import build_anchor_facts
+from orchestra.data.candidates import build_rewrite_candidates
 from orchestra.data.decisions import seed_splits
 from orchestra.data.program import level_of
-from orchestra.data.rewrite import build_rewrite_candidates
 from orchestra.data.trajectories import (
     build_decision_samples,
     build_expert_trajectories,

@@ -107,8 +107,9 @@ def test_a_muxed_video_is_fused_across_picture_and_sound(small_muxed_world: Path
     """rewrite_candidates' cross-modal fusion counts a muxed video's picture and sound as two inputs
     (one file, so none before): fused programs read both, in questions worded for one file."""
     from orchestra.config import RewriteParams
-    from orchestra.data.anchors import _fact, material_steps
+    from orchestra.data.anchors import material_steps
     from orchestra.data.phrases import QUESTIONS
+    from orchestra.data.recheck import fact_of
     from orchestra.data.rewrite import rewrite_seed
     from orchestra.world.replay import load_truth
 
@@ -117,10 +118,10 @@ def test_a_muxed_video_is_fused_across_picture_and_sound(small_muxed_world: Path
     for seed in _tasks(small_muxed_world).values():
         if seed.task_type != MUXED:
             continue
-        material = [_fact(seed, s, "truth") for s in material_steps(seed, truth.media)]
+        material = [fact_of(seed, s, "truth") for s in material_steps(seed, truth.media)]
         steps = [s for s in seed.solution_program or [] if isinstance(s, PerceiveStep)]
         out = rewrite_seed(
-            seed, [_fact(seed, s, "truth") for s in steps], material, truth.kb, RewriteParams()
+            seed, [fact_of(seed, s, "truth") for s in steps], material, truth.kb, RewriteParams()
         )
         fused += [(c.task, c.template) for c in out if c.strategy == "cross_modal_fusion"]
     assert len(fused) >= 3

@@ -39,6 +39,7 @@ __all__ = [
     "Rephrase",
     "Statements",
     "check_rephrase",
+    "check_written",
     "parse_reply",
     "program_steps",
     "rephrase_candidates",
@@ -294,6 +295,20 @@ def check_rephrase(draft: str, question: str, answer: str) -> str:
     a = answer.strip().casefold()
     if a and not _NUMBER.fullmatch(a) and a in q.casefold() and a not in draft.casefold():
         raise ReplyError("the rephrased question writes the answer")
+    return q
+
+
+def check_written(question: str, answer: str) -> str:
+    """A question the openai rewriter wrote itself, stripped: non-empty, at most
+    :data:`MAX_QUESTION_CHARS`, and not writing a non-numeric ``answer``; else a ReplyError."""
+    q = question.strip()
+    if not q:
+        raise ReplyError("the question is empty")
+    if len(q) > MAX_QUESTION_CHARS:
+        raise ReplyError(f"the question has {len(q)} characters > {MAX_QUESTION_CHARS}")
+    a = answer.strip().casefold()
+    if a and not _NUMBER.fullmatch(a) and a in q.casefold():
+        raise ReplyError("the question writes the answer")
     return q
 
 

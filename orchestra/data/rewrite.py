@@ -1,4 +1,4 @@
-"""The rewrite_candidates stage: the builtin rewriter, five strategies at three levels over anchor facts.
+"""The builtin rewriter of the rewrite_candidates stage: five strategies at three levels over anchor facts.
 
 A candidate keeps its seed's whole solution program (every anchor fact, the same values) and
 extends it with steps drawn from the seed's *material* (other values its media files hold, each
@@ -26,22 +26,18 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orchestra.config import Params, RewriteParams
+from orchestra.config import RewriteParams
 from orchestra.data import phrases as ph
 from orchestra.data.program import LEVEL_STEPS, Builder, level_of
-from orchestra.data.report import PARALLEL_AT, available_parallelism, ngram_share, step_seconds
-from orchestra.errors import OrchestraError, StageError
-from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, write_jsonl
 from orchestra.schemas import AnchorFact, BrowseStep, ComputeStep, ModalInput, RewriteCandidate, Task
 from orchestra.text import format_value
 from orchestra.world.kb import Entity, KnowledgeBase
 
-__all__ = ["STRATEGIES", "build_rewrite_candidates", "rewrite_all", "rewrite_seed"]
+__all__ = ["KB_STRATEGIES", "NEEDS_KB", "STRATEGIES", "rewrite_all", "rewrite_seed"]
 
 
 # -- strategies: each extends a replayed seed within [lo, hi] total steps, or returns False ---------
@@ -379,113 +375,3 @@ def rewrite_all(
                 seed, by_seed[sid], mine, kb, params, filled, similarity, max_similarity, own, skipped
             )
     return out
-
-
-def knowledge_base(seeds_dir: Path) -> KnowledgeBase | None:
-    """What the builtin rewriter phrases pages from: a generated world's own, else the entities the
-    pages beside the seed tasks (kb/pages.jsonl) describe in the world's vocabulary, else None."""
-    from orchestra.tools.registry import has_pages, page_store
-    from orchestra.tools.webpage import text_facts
-    from orchestra.world.kb import kb_from_pages
-    from orchestra.world.replay import load_truth
-
-    try:
-        return load_truth(seeds_dir).kb
-    except OrchestraError:
-        pass
-    if not has_pages(seeds_dir):
-        return None
-    pages = page_store(seeds_dir).pages
-    kb = kb_from_pages(
-        (p.url, p.title, [(f["label"], f["value"]) for f in text_facts(p.text)]) for p in pages
-    )
-    return kb if kb.entities else None
-
-
-def _skipped_table(skipped: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
-    """strategy -> {why it was skipped: seeds}"""
-    out: dict[str, dict[str, int]] = {}
-    for (strategy, why), n in sorted(skipped.items()):
-        out.setdefault(strategy, {})[why] = n
-    return out
-
-
-def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
-    """The rewrite_candidates stage: read data/seed_tasks and data/anchor_facts, write
-    candidates.jsonl, rejected.jsonl (candidates whose openai rephrasing was set aside, with the
-    reason; empty under builtin) and summary.json (cells, templates, 3-gram share, parallelism)
-    into data/rewrite_candidates (replaced atomically)."""
-    from orchestra.data.llm import JsonProvider, rephrase_candidates, stage_provider
-    from orchestra.data.reference import load_solutions, with_references
-    from orchestra.data.seeds import load_seed_tasks
-    from orchestra.data.verify import question_similarity
-
-    key = params.rewrite.provider
-    spec = stage_provider(params, key, "rewrite.provider")
-    root = Path(root)
-    anchors_dir = root / "anchor_facts"
-    if not (anchors_dir / "anchors.jsonl").is_file():
-        raise StageError(f"{anchors_dir} has no anchors.jsonl: materialize anchor_facts first")
-    solutions = load_solutions(root)
-    seeds = with_references(load_seed_tasks(root / "seed_tasks"), solutions)
-    anchors = read_jsonl(anchors_dir / "anchors.jsonl", AnchorFact)
-    material = read_jsonl(anchors_dir / "material.jsonl", AnchorFact)
-    kb = knowledge_base(root / "seed_tasks")
-    similarity = question_similarity(params.verify.similarity_metric)
-    skipped: Counter[tuple[str, str]] = Counter()
-    solved = {s.task_id for s in solutions}
-    cands = rewrite_all(
-        seeds, anchors, material, kb, params.rewrite, similarity, params.verify.max_lexical_similarity,
-        solved, skipped,
-    )  # fmt: skip
-    rejected: list[dict[str, str]] = []
-    if spec.kind == "openai":
-        cands, rejected = rephrase_candidates(cands, JsonProvider(spec, key, "rewrite.provider"))
-    reasons = Counter(r["reason"].split(":")[0] for r in rejected)
-    if not cands:
-        with_anchors = {a.task_id for a in anchors}
-        reasons["seed without anchor facts"] += sum(str(s.id) not in with_anchors for s in seeds)
-        reasons["no strategy and level fits the seed"] += len(with_anchors)
-        raise StageError.empty("rewrite_candidates", "candidates", +reasons)
-    seconds = step_seconds(params.agent)
-    par = [available_parallelism(c.task, seconds) for c in cands]
-    deep = [p for c, p in zip(cands, par, strict=True) if c.level != "Easy"]
-    parallel = [p for p in deep if p >= PARALLEL_AT]
-    by_strategy: dict[str, list[RewriteCandidate]] = {}
-    for c in cands:
-        by_strategy.setdefault(c.strategy, []).append(c)
-    cells = Counter((c.strategy, c.level) for c in cands)
-    summary = {
-        "seeds": len(seeds),
-        "seeds_used": len({c.seed_id for c in cands}),
-        "rows": len(cands),
-        "rejected": len(rejected),
-        "rejected_reasons": dict(reasons.most_common()),
-        **({"skipped": _skipped_table(skipped)} if skipped else {}),
-        "cells": {f"{s}/{lv}": n for (s, lv), n in sorted(cells.items())},
-        "by_level": dict(sorted(Counter(c.level for c in cands).items())),
-        "hard_share": round(sum(c.level == "Hard" for c in cands) / max(1, len(cands)), 3),
-        "templates": {
-            s: {"available": ph.template_count()[s], "used": len({c.template for c in cs})}
-            for s, cs in sorted(by_strategy.items())
-        },
-        "distinct_3gram_share": {
-            "all": round(ngram_share(c.task.question for c in cands), 3),
-            **{
-                s: round(ngram_share(c.task.question for c in cs), 3) for s, cs in sorted(by_strategy.items())
-            },
-        },
-        "parallelism": {
-            "all_mean": round(sum(par) / max(1, len(par)), 3),
-            "medium_hard_parallel_share": round(len(parallel) / max(1, len(deep)), 3),
-            "parallel_subset_mean": round(sum(parallel) / max(1, len(parallel)), 3),
-            "parallel_at": PARALLEL_AT,
-        },
-    }
-    with atomic_dir(root / "rewrite_candidates") as tmp:
-        write_jsonl(tmp / "candidates.jsonl", cands)
-        atomic_write_text(
-            tmp / "rejected.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejected)
-        )
-        atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
-    return summary
