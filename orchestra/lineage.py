@@ -60,6 +60,7 @@ DEPS: dict[str, StageDeps] = {
         ("anchors", "agent", "tools", "providers"),
         (
             "orchestra/data/anchors.py",
+            "orchestra/data/recheck.py",
             "orchestra/data/reference.py",
             "orchestra/data/llm.py",
             "orchestra/agent",
@@ -71,9 +72,17 @@ DEPS: dict[str, StageDeps] = {
     ),
     "rewrite_candidates": StageDeps(
         ("seed_tasks", "anchor_facts"),
-        ("rewrite", "verify.similarity_metric", "verify.max_lexical_similarity", "agent", "providers"),
+        (
+            "rewrite",
+            "verify.similarity_metric",
+            "verify.max_lexical_similarity",
+            "agent",
+            "tools",
+            "providers",
+        ),
         (
             "orchestra/data/candidates.py",
+            "orchestra/data/recheck.py",
             "orchestra/data/rewrite.py",
             "orchestra/data/reference.py",
             "orchestra/data/program.py",

@@ -6,10 +6,12 @@ rewriter's candidates (``orchestra.data.rewrite``). With ``rewrite.provider`` of
 rephrases each draft (``orchestra.data.llm.rephrase_candidates``), and for each strategy the builtin
 rewriter skipped for want of a knowledge base it is asked, once per seed, for a candidate of its own:
 a new question and the steps it adds after the seed's program (:class:`Written`: search and browse
-steps, a compute step as a Python expression over the seed's step ids and the new steps'). The stage
-runs them: a search with the real web_search tool (the page titled exactly so), a browse with the real
-page_browser (the fact its field names), a compute in Python; a step that fails sets the candidate
-aside with the reason. The last step's value is the answer. Every candidate then meets the same five
+steps, a compute step as a Python expression over the seed's step ids and the new steps', a sub-task
+that reads a modal input). The stage runs them: a search with the real web_search tool (the page
+titled exactly so), a browse with the real page_browser (the fact its field names), a compute in
+Python, a sub-task on the expert pool (a builtin expert where its goal is in the grammar, the best
+model backend otherwise, escalating while unsure); a step that fails sets the candidate aside with
+the reason. The last step's value is the answer. Every candidate then meets the same five
 checks in verified_samples.
 """
 
@@ -26,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestra.config import Params
 from orchestra.data import phrases as ph
 from orchestra.data.program import level_of
+from orchestra.data.recheck import Checker, lone_node, step_inputs
 from orchestra.data.report import PARALLEL_AT, available_parallelism, ngram_share, step_seconds
 from orchestra.data.rewrite import KB_STRATEGIES, rewrite_all
 from orchestra.errors import OrchestraError, ReplyError, StageError, WorldError
@@ -41,7 +44,6 @@ from orchestra.schemas import (
     Task,
 )
 from orchestra.text import format_value
-from orchestra.tools.base import ToolRegistry
 from orchestra.world.kb import KnowledgeBase
 
 __all__ = ["Written", "build_rewrite_candidates", "knowledge_base", "written_candidates"]
@@ -53,9 +55,10 @@ class NewStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(description="its id, e.g. 'n1' (later steps refer to it as $n1, or n1 in an expression)")
-    op: Literal["search", "browse", "compute"]
+    op: Literal["search", "browse", "compute", "subtask"]
     arg: str = Field(
-        description="search: a page title or $id; browse: a URL or $id; compute: a Python expression over ids"
+        description="search: a page title or $id; browse: a URL or $id; compute: a Python expression over "
+        "ids; subtask: a goal that reads one modal input, named #M<n>"
     )
     field: str = Field(description="browse: the page field to read; the other ops: an empty string")
 
@@ -74,8 +77,9 @@ _WRITE = (
     "object: a seed question, its answer, the facts its solution reads (each with an id, a statement and "
     "its value), a rewriting strategy and what it means. Write one new question by that strategy that "
     "needs the seed's facts and the steps you add: search (a page title, or $id of a step whose value is "
-    "a name) and browse (a URL, or $id of a search step, and a field) on the wiki, and compute (a Python "
-    "expression over the ids: + - * /, abs, round, min, max). The last step's value is the answer. The "
+    "a name) and browse (a URL, or $id of a search step, and a field) on the wiki, compute (a Python "
+    "expression over the ids: + - * /, abs, round, min, max), and subtask (a goal that reads something "
+    "new off one modal input, naming it #M<n>). The last step's value is the answer. The "
     "question must not give the answer or the facts' values away; it may name the media as the "
     "image, the audio or the video."
 )
@@ -90,10 +94,10 @@ _ID = re.compile(r"\b([vn][0-9]+)\b")
 
 
 class _Runner:
-    """Runs a written candidate's steps after its seed's program with the real action tools."""
+    """Runs a written candidate's steps after its seed's program with the real tools and the pool."""
 
-    def __init__(self, seed: Task, tools: ToolRegistry) -> None:
-        self.seed, self.tools = seed, tools
+    def __init__(self, seed: Task, checker: Checker) -> None:
+        self.seed, self.checker, self.tools = seed, checker, checker.tools
         self.steps: list[SolutionStep] = list(seed.solution_program or [])
         self.env: dict[str, Any] = {s.out: s.value for s in self.steps}
         self.names: dict[str, str] = {}  # the model's id -> program variable
@@ -133,6 +137,8 @@ class _Runner:
                 raise ReplyError(f"browse {url} for {new.field!r}: {e}") from e
             self.sources.append(Source(type="page_browser", url=url, key_information=f"{label}: {value}"))
             step = BrowseStep(out=out, value=literal(value), url=var, field=new.field)
+        elif new.op == "subtask":
+            step = self._subtask(new.arg, out)
         else:
             expression = _ID.sub(lambda m: self.names.get(m.group(1), m.group(1)), new.arg)
             try:
@@ -146,16 +152,37 @@ class _Runner:
         self.env[out] = step.value
         self.steps.append(step)
 
+    def _subtask(self, goal: str, out: str) -> SolutionStep:
+        """A new reading of the media: the goal run on the pool, its result the recorded value."""
+        import asyncio
+
+        from orchestra.agent.expert import ExpertError, step_goal
+        from orchestra.data.reference import NoReference, goal_step
+
+        if "$" in goal or not re.search(r"#M[1-9]", goal):
+            raise ReplyError(f"a sub-task reads one modal input (#M<n>) and no other step: {goal!r}")
+        cards = {c.name: c for c in self.checker.cards}
+        try:
+            step = goal_step(goal, None, out, self.seed, cards)
+            step_goal(step, {}, step_inputs(self.seed))
+        except (NoReference, ExpertError) as e:
+            raise ReplyError(f"sub-task {goal!r}: {e}") from e
+        kind, node, refs = lone_node(self.seed, step)
+        expert, value, why = asyncio.run(self.checker.read(self.seed, kind, node, refs))
+        if expert is None:
+            raise ReplyError(f"sub-task {goal!r}: no expert read it ({why})")
+        return step.model_copy(update={"value": value})
+
 
 def _written(
-    seed: Task, strategy: str, cid: str, reply: Written, tools: ToolRegistry, anchors: list[str]
+    seed: Task, strategy: str, cid: str, reply: Written, checker: Checker, anchors: list[str]
 ) -> RewriteCandidate:
     """The candidate a reply describes, its new steps run (ReplyError when one fails)."""
     from orchestra.data.llm import check_written
 
     if not reply.steps:
         raise ReplyError("the candidate adds no step")
-    run = _Runner(seed, tools)
+    run = _Runner(seed, checker)
     for new in reply.steps:
         run.add(new)
     answer = format_value(run.steps[-1].value)
@@ -177,7 +204,7 @@ def _written(
 
 
 def written_candidates(
-    seeds: list[Task], anchors: list[AnchorFact], strategies: list[str], provider: Any, tools: ToolRegistry
+    seeds: list[Task], anchors: list[AnchorFact], strategies: list[str], provider: Any, checker: Checker
 ) -> tuple[list[RewriteCandidate], list[dict[str, str]]]:
     """The openai rewriter's own candidates, one request per (seed with anchors, strategy in
     ``strategies``), in seed order; the replies that fail, with the reason."""
@@ -201,7 +228,7 @@ def written_candidates(
             }
             try:
                 reply = provider.ask(Written, _WRITE, item)
-                kept.append(_written(seed, strategy, cid, reply, tools, [a.fact_id for a in facts]))
+                kept.append(_written(seed, strategy, cid, reply, checker, [a.fact_id for a in facts]))
             except ReplyError as e:
                 rejected.append(
                     {
@@ -211,6 +238,30 @@ def written_candidates(
                     }
                 )
     return kept, rejected
+
+
+def _write_own(
+    seeds: list[Task],
+    anchors: list[AnchorFact],
+    strategies: list[str],
+    provider: Any,
+    params: Params,
+    root: Path,
+) -> tuple[list[RewriteCandidate], list[dict[str, str]]]:
+    """:func:`written_candidates` with the stage's tools (perception cache on) and backend pool."""
+    from contextlib import nullcontext
+
+    from orchestra.agent.systems import backend_pool
+    from orchestra.tools.cache import open_perception_cache
+    from orchestra.tools.registry import default_registry
+
+    seeds_dir = root / "seed_tasks"
+    cache = open_perception_cache(root, params.tools)
+    with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
+        checker = Checker(
+            backend_pool(params.agent, params.providers), tools, seeds_dir / "media", params.agent
+        )
+        return written_candidates(seeds, anchors, strategies, provider, checker)
 
 
 def knowledge_base(seeds_dir: Path) -> KnowledgeBase | None:
@@ -250,7 +301,7 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     from orchestra.data.llm import JsonProvider, rephrase_candidates, stage_provider
     from orchestra.data.reference import load_solutions, with_references
     from orchestra.data.seeds import load_seed_tasks
-    from orchestra.data.verify import question_similarity, verification_tools
+    from orchestra.data.verify import question_similarity
 
     key = params.rewrite.provider
     spec = stage_provider(params, key, "rewrite.provider")
@@ -276,8 +327,7 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
         cands, rejected = rephrase_candidates(cands, provider)
         own = [s for s in params.rewrite.strategies if s in KB_STRATEGIES] if kb is None else []
         if own:  # what the builtin grammar cannot run without pages: the model writes it
-            with verification_tools(root / "seed_tasks", params.tools, params.verify) as tools:
-                written, refused = written_candidates(seeds, anchors, own, provider, tools)
+            written, refused = _write_own(seeds, anchors, own, provider, params, root)
             cands, rejected = cands + written, rejected + refused
     reasons = Counter(r["reason"].split(":")[0] for r in rejected)
     if not cands:

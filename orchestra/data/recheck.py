@@ -110,10 +110,23 @@ class Checker:
         self, task: Task, kind: StepGoal, node: SubTask, values: dict[str, Any], expected: Any
     ) -> tuple[str | None, str]:
         """(the expert that recovered the value, or None; the reason when none did)."""
+        name, _, reason = await self._escalate(task, kind, node, values, expected, check=True)
+        return name, reason
+
+    async def read(
+        self, task: Task, kind: StepGoal, node: SubTask, values: dict[str, Any]
+    ) -> tuple[str | None, Any, str]:
+        """(the expert whose result stands, its value; the reason when none returned one): a new step
+        run the way a recorded one is checked, the first sure result (or the strongest's) standing."""
+        return await self._escalate(task, kind, node, values, None, check=False)
+
+    async def _escalate(
+        self, task: Task, kind: StepGoal, node: SubTask, values: dict[str, Any], expected: Any, check: bool
+    ) -> tuple[str | None, Any, str]:
         try:
             name: str | None = step_backend(kind, self.cards, self.agent, node.id)
         except ExpertError as e:
-            return None, str(e)
+            return None, None, str(e)
         tried: set[str] = set()
         reason = ""
         while name is not None:
@@ -124,12 +137,13 @@ class Checker:
             res = await backend.run(sti, [self.tools.get(n) for n in sti.subtask.tools])
             after = stronger_backend(self.cards, kind.skill, tried)
             sure = res.confidence is None or res.confidence >= self.agent.escalation_confidence
-            if res.ok and same_value(res.value, expected, kind.skill == "code") and (sure or after is None):
-                return name, ""
+            right = not check or same_value(res.value, expected, kind.skill == "code")
+            if res.ok and right and (sure or after is None):
+                return name, res.value, ""
             got = res.error if not res.ok else f"read {format_value(res.value)!r}"
-            reason = f"{name} {got} (recorded {format_value(expected)!r})"
+            reason = f"{name} {got}" + (f" (recorded {format_value(expected)!r})" if check else " (unsure)")
             name = after
-        return None, reason
+        return None, None, reason
 
 
 def step_inputs(task: Task) -> dict[str, tuple[str, str]]:
