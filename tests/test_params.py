@@ -101,3 +101,41 @@ def test_cli_params_check(tmp_path: Path) -> None:
     res = runner.invoke(app, ["params", "check", str(bad)])
     assert res.exit_code != 0
     assert "seed.sourcee" in res.output
+
+
+OVERLAYS = sorted((ROOT / "configs").glob("own_*.yaml"))
+
+
+@pytest.mark.parametrize("path", OVERLAYS, ids=lambda p: p.name)
+def test_the_own_data_overlays_are_valid_and_configure_an_expert(path: Path) -> None:
+    from orchestra.config import data_root
+
+    params = load_params(path)
+    assert params.seed.source in ("omnigaia_file", "coco") and params.seed.incoming is None
+    expert = params.providers[params.anchors.expert or ""]
+    assert expert.kind == "openai" and expert.inputs and params.anchors.provider == params.anchors.expert
+    assert any(
+        b.kind == "openai" and b.provider == params.anchors.expert for b in params.agent.backends.values()
+    )
+    assert params.train == load_params(ROOT / "params.yaml").train  # the overlay changes no recipe
+    assert data_root(path, params) == ROOT / "out" / path.stem  # beside the project's data, under out/
+    assert len(OVERLAYS) == 2
+
+
+def test_an_overlay_merges_onto_its_base_mapping_by_mapping(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("anchors: {max_facts: 5}\ntrain: {seed: 3, sft: {max_steps: 7}}\n")
+    (tmp_path / "mid.yaml").write_text("extends: base.yaml\ntrain: {sft: {learning_rate: 0.01}}\n")
+    (tmp_path / "top.yaml").write_text("extends: mid.yaml\nanchors: {attempts: 4}\n")
+    p = load_params(tmp_path / "top.yaml")
+    assert (p.anchors.max_facts, p.anchors.attempts) == (5, 4)
+    assert (p.train.seed, p.train.sft.max_steps, p.train.sft.learning_rate) == (3, 7, 0.01)
+    (tmp_path / "base.yaml").write_text("extends: top.yaml\n")
+    with pytest.raises(ConfigError, match="extends this file again"):
+        load_params(tmp_path / "top.yaml")
+    (tmp_path / "lost.yaml").write_text("extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match="nowhere.yaml: cannot read params file"):
+        load_params(tmp_path / "lost.yaml")
+    (tmp_path / "typo.yaml").write_text("extends: mid.yaml\nanchors: {expertt: x}\n")
+    (tmp_path / "base.yaml").write_text("anchors: {max_facts: 5}\n")
+    with pytest.raises(ConfigError, match="anchors.expertt: unknown key"):
+        load_params(tmp_path / "typo.yaml")

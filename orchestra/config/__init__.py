@@ -201,9 +201,19 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Load and validate a params file."""
-    path = Path(path)
+#: the key an overlay names its base params file with (a path relative to the overlay)
+EXTENDS = "extends"
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """``over`` on top of ``base``: mappings merge key by key, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in over.items()}}
+    return over
+
+
+def _read(path: Path, chain: tuple[Path, ...] = ()) -> Any:
+    """A params file's data, its ``extends`` base (recursively) merged under it."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -212,7 +222,20 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         data = read_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
-    return parse_params(data, str(path))
+    if not isinstance(data, dict) or EXTENDS not in data:
+        return data
+    base = path.parent / str(data.pop(EXTENDS))
+    if base.resolve() in chain or base.resolve() == path.resolve():
+        raise ConfigError(f"{path}: {EXTENDS}: {base} extends this file again (a cycle)")
+    return _merge(_read(base, (*chain, path.resolve())), data)
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Load and validate a params file. A file with ``extends: BASE`` is an overlay: BASE (relative to
+    it) is read first and the overlay's keys merged on top, mapping by mapping (``configs/``); the
+    data folder stays relative to the overlay (:func:`data_root`)."""
+    path = Path(path)
+    return parse_params(_read(path), str(path))
 
 
 def data_root(params_path: str | Path, params: Params) -> Path:
