@@ -306,12 +306,12 @@ def rewrite_seed(
     order = sorted(range(len(cells)), key=lambda i: (filled.get(cells[i], 0), float(rng.random())))
     out: list[RewriteCandidate] = []
     programs: set[str] = set()
-    tried: set[str] = set()
+    tried: Counter[str] = Counter()  # strategy -> levels tried
     for i in order:
         if len(out) >= params.per_seed:
             break
         strategy, level = cells[i]
-        tried.add(strategy)
+        tried[strategy] += 1
         lo, hi = LEVEL_STEPS[level]
         for draw in range(DRAWS):
             b = Builder(seed, kb, _rng(params.seed, sid, strategy, level, str(draw)), own_facts=own_facts)
@@ -339,9 +339,9 @@ def rewrite_seed(
             )
             filled[cells[i]] = filled.get(cells[i], 0) + 1
             break
-    if own_facts:  # a user's seed: say which strategies found no extension
+    if own_facts:  # a user's seed: say which strategies found no extension at any level
         done = {c.strategy for c in out}
-        skipped.update((s, NO_FIT) for s in sorted(tried - done))
+        skipped.update((s, NO_FIT) for s in sorted(tried) if tried[s] == len(params.levels) and s not in done)
     return out
 
 

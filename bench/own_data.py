@@ -1,0 +1,121 @@
+"""Own data: held-out world seeds as a user's file (no program) solved by the project's trained policy.
+
+Usage: python bench/own_data.py [--data data] [--out .bench-own-data] [--attempts 2] [--limit N]
+
+After ``make pipeline``: the world seeds of the val and test splits (never trained on) are written as an
+OmniGAIA-format file with their questions, answers and media, and the wiki's pages beside it (what
+search and browse read) — no solution program, no truth. The lineage runs on it up to
+``decision_samples`` (``orchestra.stages.run_stage``, in ``--out``) with ``anchors.expert:
+checkpoint:<data>/policy_sft/model``: the SFT policy solves each seed (the first run greedy, the others
+sampled), and its cheapest run that reaches the answer is the seed's reference solution. Prints the
+share it solves (and how many references are the world's own program), the anchors kept, candidates
+per strategy, verified samples and decision samples, then ``RESULT own_data solved=… verified=…``.
+The perception cache of ``--data`` serves the tool calls (the same media the pipeline read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from orchestra.config import load_params
+from orchestra.data.decisions import seed_splits
+from orchestra.io import read_jsonl
+from orchestra.schemas import ReferenceSolution, Task, read_tasks_json, write_tasks_json
+from orchestra.stages import run_stage
+
+STAGES = ("seed_tasks", "anchor_facts", "rewrite_candidates", "verified_samples")
+LATER = ("expert_trajectories", "decision_samples")
+
+
+def held_out_file(data: Path, out: Path, params_file: Path, limit: int | None) -> dict[str, Task]:
+    """The val and test seeds of ``data`` as a program-less OmniGAIA file under ``out/user``; returns the
+    world's own tasks by id (the bench's knowledge, never the pipeline's)."""
+    params = load_params(params_file)
+    world = read_tasks_json(data / "seed_tasks" / "tasks.json")
+    splits = seed_splits([str(t.id) for t in world], params.decisions.split, params.decisions.seed)
+    held = [t for t in world if splits[str(t.id)] != "train"][:limit]
+    user = out / "user"
+    shutil.rmtree(user, ignore_errors=True)
+    (user / "kb").mkdir(parents=True)
+    shutil.copy2(data / "seed_tasks" / "kb" / "pages.jsonl", user / "kb" / "pages.jsonl")
+    for t in held:
+        for m in t.omni_modal_input:
+            dst = user / "media" / m.path
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.link(data / "seed_tasks" / "media" / m.path, dst)
+    keep = ("id", "question", "answer", "omni_modal_input", "level", "task_type", "category")
+    write_tasks_json(user / "tasks.json", [Task(**{k: getattr(t, k) for k in keep}) for t in held])
+    return {str(t.id): t for t in held}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path("data"))
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--out", type=Path, default=Path(".bench-own-data"))
+    ap.add_argument("--attempts", type=int, default=2, help="expert runs per seed (first greedy)")
+    ap.add_argument("--limit", type=int, default=None, help="the first N held-out seeds")
+    args = ap.parse_args()
+    data, out = args.data.resolve(), args.out.resolve()
+    model = data / "policy_sft" / "model"
+    if not (model / "config.json").is_file():
+        print(f"error: {model} has no trained policy: run make pipeline first", file=sys.stderr)
+        return 2
+    world = held_out_file(data, out, args.params, args.limit)
+    overlay = {
+        "extends": str(args.params.resolve()),
+        "paths": {"data_dir": "data"},
+        "seed": {"source": "omnigaia_file", "path": str(out / "user" / "tasks.json"), "incoming": None},
+        "anchors": {"expert": f"checkpoint:{model}", "attempts": args.attempts},
+        "tools": {"cache_path": str(data / "cache" / "perception.sqlite")},
+    }
+    (out / "params.yaml").write_text(json.dumps(overlay, indent=2) + "\n")
+    params = load_params(out / "params.yaml")
+    root = out / "data"
+    took = {}
+    for stage in STAGES + LATER:
+        t0 = time.perf_counter()
+        run_stage(stage, params, root, force=True)
+        took[stage] = round(time.perf_counter() - t0, 1)
+        print(f"  {stage:<20} {took[stage]:>7.1f} s")
+    anchors = json.loads((root / "anchor_facts" / "summary.json").read_text())
+    expert = anchors["expert"]
+    solutions = read_jsonl(root / "anchor_facts" / "solutions.jsonl", ReferenceSolution)
+    same = sum(
+        [s.model_dump(exclude={"out"}) for s in sol.program]
+        == [s.model_dump(exclude={"out"}) for s in world[sol.task_id].solution_program or []]
+        for sol in solutions
+    )
+    cands = json.loads((root / "rewrite_candidates" / "summary.json").read_text())
+    verified = json.loads((root / "verified_samples" / "summary.json").read_text())
+    decisions = json.loads((root / "decision_samples" / "summary.json").read_text())
+    per_strategy: dict[str, int] = {}
+    for cell, n in cands["cells"].items():
+        per_strategy[cell.split("/")[0]] = per_strategy.get(cell.split("/")[0], 0) + n
+    n = len(world)
+    print(f"held-out seeds: {n} (val and test splits of {data})")
+    print(f"solved by the SFT policy: {expert['solved']} of {n} ({expert['solved'] / n:.3f}); by attempt "
+          f"{expert['solved_by_attempt']}; reference = the world's own program for {same} of them")  # fmt: skip
+    print(f"set aside: {anchors['rejected_reasons']}")
+    print(
+        f"anchors: {anchors['rows']} facts of {anchors['kept_seeds']} seeds, material {anchors['material']}"
+    )
+    print(f"candidates: {cands['rows']} per strategy {per_strategy}; skipped {cands.get('skipped', {})}")
+    print(f"verified: {verified['rows']} (rejected by check {verified['rejected_by_check']})")
+    print(f"decision samples: {decisions['rows']} {decisions['by_split']}")
+    print(
+        f"RESULT own_data seeds={n} solved={expert['solved'] / n:.3f} world_program={same} "
+        f"anchors={anchors['rows']} candidates={cands['rows']} verified={verified['rows']} "
+        f"decision_samples={decisions['rows']} seconds={sum(took.values()):.0f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
