@@ -100,8 +100,9 @@ def main() -> int:
         per_strategy[cell.split("/")[0]] = per_strategy.get(cell.split("/")[0], 0) + n
     n = len(world)
     print(f"held-out seeds: {n} (val and test splits of {data})")
-    print(f"solved by the SFT policy: {expert['solved']} of {n} ({expert['solved'] / n:.3f}); by attempt "
-          f"{expert['solved_by_attempt']}; reference = the world's own program for {same} of them")  # fmt: skip
+    solved = f"{expert['solved']} of {n} ({expert['solved'] / n:.3f})"
+    print(f"solved by the SFT policy: {solved}; by attempt {expert['solved_by_attempt']}")
+    print(f"references that are the world's own program: {same}")
     print(f"set aside: {anchors['rejected_reasons']}")
     print(
         f"anchors: {anchors['rows']} facts of {anchors['kept_seeds']} seeds, material {anchors['material']}"

@@ -1,21 +1,27 @@
 """The anchor_facts stage: the checkable facts each seed's answer rests on, recovered by the real tools.
 
-For every step of a seed's solution program the ``builtin`` extractor hands the step to the expert
-pool as one sub-task (the goal the expert policy would write, its inputs filled with the recorded
-values) on the expert the expert policy would pick, escalating by its rule (a result below
+A seed without a solution program first gets a reference solution from ``anchors.expert``
+(``orchestra.data.reference``); without one it is set aside with a reason naming that setting.
+
+For every step of a seed's program the ``builtin`` extractor hands the step to the expert pool as one
+sub-task (the goal the expert policy would write, its inputs filled with the recorded values) on the
+expert the expert policy would pick, escalating by its rule (a result below
 ``agent.escalation_confidence``, or wrong, goes to the next stronger expert), and keeps the fact
 only when an expert returns the recorded value, sure (the last expert's answer counts whatever its
-confidence). A seed with a fact no expert recovers, a missing or corrupt media
-file, or no solution program is set aside with the reason.
+confidence; ``orchestra.data.recheck``). A seed with a fact no expert recovers, a missing or corrupt
+media file, or no program is set aside with the reason.
 
 The ``openai`` extractor first asks its model, seed by seed in task order (one request at a time),
 for one atomic checkable statement per program step, sent the question, the answer, the modal
-inputs and the steps (out, op, arguments, recorded value). A reply that is not JSON of that schema,
-names a step the program lacks, names a step twice or leaves one out sets the seed aside
-(``extractor reply rejected: ...``). The statements become the facts' text (``stated_by`` the
-provider); everything else, the tools recovering every fact included, is the builtin extractor's.
+inputs, the steps (out, op, arguments, recorded value) and the media its provider takes; it also
+states ``media_facts``, other things the media show with the perception goal that reads each. A reply
+that is not JSON of that schema, names a step the program lacks, names a step twice or leaves one out
+sets the seed aside (``extractor reply rejected: ...``). The statements become the facts' text
+(``stated_by`` the provider); everything else, the tools recovering every fact included, is the
+builtin extractor's. A media fact is kept as material only when its goal, run as a sub-task on the
+pool, returns its value; the others are written to ``media_facts_set_aside.jsonl`` with the reason.
 
-Besides the seed's own facts it writes *material*: every other value the seed's media files hold
+Besides the seed's own facts it writes *material*: every other value a world seed's media files hold
 that a perception can read (each colour's count, each chart label's value, a video's caption and
 events), enumerated from the world's truth and kept only when the tools recover it the same way.
 The rewriter builds new questions from anchors and material only, so every candidate stays grounded.

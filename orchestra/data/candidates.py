@@ -143,7 +143,7 @@ class _Runner:
             expression = _ID.sub(lambda m: self.names.get(m.group(1), m.group(1)), new.arg)
             try:
                 value = safe_eval(expression, self.env)
-            except WorldError as e:
+            except (WorldError, ArithmeticError) as e:  # a bad expression, a division by zero
                 raise ReplyError(f"compute {new.arg!r}: {e}") from e
             if isinstance(value, float) and value.is_integer():
                 value = int(value)

@@ -9,11 +9,13 @@ stage sets that one item aside with the reason. A call that fails (transport, ti
 error status after the client's retries, a body that is not a completion) is a StageError naming
 the provider: the stage stops rather than going on without its model.
 
-The openai extractor (:func:`state_facts`) states one atomic fact per program step of each seed
-(``orchestra.data.anchors`` still has the tools recover every one). The openai rewriter
+The openai extractor (:func:`state_facts`) is sent each seed's media (the kinds its provider takes,
+as content parts after the JSON item) and states one atomic fact per program step and the other
+facts the media show (``orchestra.data.anchors`` still has the tools recover every one). The openai rewriter
 (:func:`rephrase_candidates`) rephrases the question the builtin grammar drafted for each
 candidate; the program, the answer and the media stay the grammar's, so the candidate stays
 replayable and grounded. It is sent the draft, the strategy and the level, never the answer.
+(Its own candidates are ``orchestra.data.candidates``': :func:`check_written` checks their questions.)
 """
 
 from __future__ import annotations

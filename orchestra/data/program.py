@@ -205,10 +205,11 @@ class Builder:
 
     def _expression(self, step: ComputeStep) -> Var:
         """A computation the operation phrases do not cover: the expression over its operands' phrases."""
-        names = re.findall(r"\bv[0-9]+\b", step.expression)
-        if not names or any(n not in self.vars for n in names):
-            raise StageError(f"{self.seed.id}: cannot phrase the expression {step.expression!r}")
-        said = re.sub(r"\bv[0-9]+\b", lambda m: f"[{self.vars[m.group(0)].phrase}]", step.expression)
+        var = re.compile(r"\bv[0-9]+\b")
+        names = [n for n in var.findall(step.expression) if n in self.vars]
+        said = var.sub(
+            lambda m: f"[{self.vars[m[0]].phrase}]" if m[0] in self.vars else m[0], step.expression
+        )
         inputs = frozenset().union(*(self.vars[n].inputs for n in names))
         note = f"Compute {step.expression} = {format_value(step.value)}."
         return self._new(step, f"the value of {said}", "number", note, inputs=inputs, compound=True)
