@@ -202,6 +202,7 @@ def _external(name: str, params: Params, root: Path) -> dict[str, str]:
         src = Path(params.seed.path)
         out["seed.path"] = _file_md5(src) if src.is_file() else "missing"
         out["seed.path media"] = dir_md5(src.parent / "media")
+        out["seed.path kb"] = dir_md5(src.parent / "kb")  # the pages beside it, which seed_tasks copies
     if params.seed.source in DATASET_SOURCES:
         out.update(dataset_files(params.seed))
     return out

@@ -270,3 +270,31 @@ def test_a_program_less_file_goes_through_every_stage_with_scripted_models(
     assert (root / "policy_sft" / "model" / "model.safetensors").is_file()
     scores = json.loads((root / "benchmark_scores" / "scores.json").read_text())
     assert scores["orchestra_oracle"]["accuracy"]["em"]["mean"] == 1.0 and "orchestra_sft" in scores
+
+
+def test_pages_beside_a_file_are_copied_and_read_as_the_worlds_entities(
+    own: tuple[Path, dict[str, Task]], small_world: Path, tmp_path: Path
+) -> None:
+    """kb/pages.jsonl beside a user's file comes along, and the builtin rewriter reads the entities
+    the pages describe: the world's own knowledge base, rebuilt from the pages alone."""
+    from orchestra.data.candidates import knowledge_base
+    from orchestra.world.replay import load_truth
+
+    file, _ = own
+    user = tmp_path / "user"
+    shutil.copytree(file.parent, user)
+    shutil.copytree(small_world / "kb", user / "kb")
+    params = _write(tmp_path, own_params(user / "tasks.json", "http://127.0.0.1:9/v1"))
+    run_stage("seed_tasks", params, tmp_path / "data")
+    seeds = tmp_path / "data" / "seed_tasks"
+    assert (seeds / "kb" / "pages.jsonl").read_bytes() == (small_world / "kb" / "pages.jsonl").read_bytes()
+    assert not (seeds / "truth").exists()
+    rebuilt, truth = knowledge_base(seeds), load_truth(small_world).kb
+    assert rebuilt is not None and len(rebuilt.entities) == len(truth.entities)
+
+    def view(kb: Any, e: Any) -> tuple[Any, ...]:
+        return e.name, e.type, e.category, e.attributes, {k: kb.by_id[v].name for k, v in e.relations.items()}
+
+    assert sorted(view(rebuilt, e) for e in rebuilt.entities) == sorted(
+        view(truth, e) for e in truth.entities
+    )
