@@ -18,6 +18,8 @@ from orchestra.agent.serve import ScriptedResponder, start_server
 from orchestra.agent.state import OrchestraState
 from orchestra.agent.systems import builtin_backends
 from orchestra.config import AgentParams, Params
+from orchestra.data.trajectories import check_decision_samples
+from orchestra.data.verified import check_kept_with_suite, check_verified
 from orchestra.errors import StageError
 from orchestra.io import read_jsonl
 from orchestra.schemas import (
@@ -267,6 +269,8 @@ def test_a_program_less_file_goes_through_every_stage_with_scripted_models(
     assert verified["rows"] > 0 and verified["by_split"].get("test", 0) > 0
     samples = read_jsonl(root / "decision_samples" / "samples.jsonl", DecisionSample)
     assert {d.split for d in samples} >= {"train"}
+    for check in (check_verified(root), check_kept_with_suite(root, params), check_decision_samples(root)):
+        assert check[0], check[1]  # the blocking asset checks hold on a user's data too
     assert (root / "policy_sft" / "model" / "model.safetensors").is_file()
     scores = json.loads((root / "benchmark_scores" / "scores.json").read_text())
     assert scores["orchestra_oracle"]["accuracy"]["em"]["mean"] == 1.0 and "orchestra_sft" in scores

@@ -87,10 +87,8 @@ def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = 
         elif params.source == "omnigaia_file":
             src = Path(params.path or "")
             tasks = read_tasks_json(src)
-            for folder in (
-                MEDIA_DIR,
-                KB_DIR,
-            ):  # its media, and a knowledge base (kb/pages.jsonl) if it has one
+            # its media, and a knowledge base (kb/pages.jsonl) if it has one
+            for folder in (MEDIA_DIR, KB_DIR):
                 if (src.parent / folder).is_dir():
                     shutil.copytree(src.parent / folder, tmp / folder)
         elif params.source in DATASET_SOURCES:
