@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestra.agent.refs import modal_key
 from orchestra.backends.chat import LMError, client_for
 from orchestra.backends.openai_backend import OpenAIClient
 from orchestra.config import Params, ProviderSpec
@@ -233,7 +234,7 @@ def state_facts(
         program = task.solution_program or []
         if not program or len(program) > max_facts:
             continue
-        keyed = [(f"M{i + 1}", m) for i, m in enumerate(task.omni_modal_input)]
+        keyed = [(modal_key(i), m) for i, m in enumerate(task.omni_modal_input)]
         item = {
             "question": task.question,
             "answer": task.answer,
@@ -275,15 +276,24 @@ _QUOTED = re.compile(r"\"([^\"\n]+)\"|“([^”\n]+)”|‘([^’\n]+)’|(?<!\w
 _NUMBER = re.compile(r"(?<![\d.])\d+(?:\.\d+)?(?![\d])")
 
 
-def check_rephrase(draft: str, question: str, answer: str) -> str:
-    """``question`` stripped, when it may replace ``draft``: non-empty, at most
-    :data:`MAX_QUESTION_CHARS`, not the draft, every quoted span and number of the draft kept
-    verbatim, and a name ``answer`` not written unless the draft writes it; else a ReplyError."""
+def check_written(question: str, answer: str, *, draft: str = "", what: str = "question") -> str:
+    """A question a model wrote, stripped: non-empty, at most :data:`MAX_QUESTION_CHARS`, and not
+    writing a name ``answer`` (unless the ``draft`` it rephrases writes it); else a ReplyError."""
     q = question.strip()
     if not q:
-        raise ReplyError("the rephrased question is empty")
+        raise ReplyError(f"the {what} is empty")
     if len(q) > MAX_QUESTION_CHARS:
-        raise ReplyError(f"the rephrased question has {len(q)} characters > {MAX_QUESTION_CHARS}")
+        raise ReplyError(f"the {what} has {len(q)} characters > {MAX_QUESTION_CHARS}")
+    a = answer.strip().casefold()
+    if a and not _NUMBER.fullmatch(a) and a in q.casefold() and a not in draft.casefold():
+        raise ReplyError(f"the {what} writes the answer")
+    return q
+
+
+def check_rephrase(draft: str, question: str, answer: str) -> str:
+    """``question`` stripped, when it may replace ``draft``: :func:`check_written`'s rules, not the
+    draft, and every quoted span and number of the draft kept verbatim; else a ReplyError."""
+    q = check_written(question, answer, draft=draft, what="rephrased question")
     if " ".join(q.split()) == " ".join(draft.split()):
         raise ReplyError("the rephrased question is the draft unchanged")
     spans = [next(g for g in m.groups() if g is not None) for m in _QUOTED.finditer(draft)]
@@ -294,23 +304,6 @@ def check_rephrase(draft: str, question: str, answer: str) -> str:
     gone = [n for n in _NUMBER.findall(draft) if n not in have]
     if gone:
         raise ReplyError(f"the rephrased question drops the number {gone[0]}: {q[:QUOTE_CHARS]!r}")
-    a = answer.strip().casefold()
-    if a and not _NUMBER.fullmatch(a) and a in q.casefold() and a not in draft.casefold():
-        raise ReplyError("the rephrased question writes the answer")
-    return q
-
-
-def check_written(question: str, answer: str) -> str:
-    """A question the openai rewriter wrote itself, stripped: non-empty, at most
-    :data:`MAX_QUESTION_CHARS`, and not writing a non-numeric ``answer``; else a ReplyError."""
-    q = question.strip()
-    if not q:
-        raise ReplyError("the question is empty")
-    if len(q) > MAX_QUESTION_CHARS:
-        raise ReplyError(f"the question has {len(q)} characters > {MAX_QUESTION_CHARS}")
-    a = answer.strip().casefold()
-    if a and not _NUMBER.fullmatch(a) and a in q.casefold():
-        raise ReplyError("the question writes the answer")
     return q
 
 
