@@ -45,6 +45,12 @@ class TransformersChat:
         self.temperature = 0.0  # > 0: sample (seeded by ``seed`` on every call), else greedy
         self._torch = torch
         self._lock = threading.Lock()
+        from orchestra.backends.decoder import LeanDecoder
+
+        # greedy calls on a model it covers: the same tokens as generate(), without its per-token machinery
+        self.lean = None if LeanDecoder.covers(self.model) else LeanDecoder(self.model)
+        eos = self.model.generation_config.eos_token_id
+        self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
 
     @property
     def model_id(self) -> str:
@@ -64,6 +70,19 @@ class TransformersChat:
             return str(self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))
         return "\n".join(f"{m['role']}: {m['content']}" for m in msgs) + "\nassistant:"
 
+    def _generate(self, enc: Any) -> Any:
+        """``generate()``: sampled at ``temperature`` (seeded), or greedy."""
+        self._torch.manual_seed(self.seed)
+        sample = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {}
+        enc = {k: v.to(self.model.device) for k, v in enc.items()}
+        with self._torch.no_grad():
+            return self.model.generate(
+                **enc,
+                max_new_tokens=self.max_new_tokens,
+                **(sample or {"do_sample": False}),
+                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id or 0,
+            ).cpu()
+
     def chat(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
     ) -> ChatResult:
@@ -71,16 +90,12 @@ class TransformersChat:
         prompt = self._prompt(messages, tools)
         with self._lock:
             enc = self.tokenizer(prompt, return_tensors="pt")
-            self._torch.manual_seed(self.seed)
-            sample = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {}
-            with self._torch.no_grad():
-                out = self.model.generate(
-                    **enc,
-                    max_new_tokens=self.max_new_tokens,
-                    **(sample or {"do_sample": False}),
-                    pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id or 0,
-                )
-        new = out[0, enc["input_ids"].shape[1] :]
+            n = int(enc["input_ids"].shape[1])
+            if self.temperature == 0 and self.lean is not None and self.lean.fits(n, self.max_new_tokens):
+                tokens = self.lean.greedy(enc["input_ids"][0].tolist(), self.max_new_tokens, self.eos)
+                new = self._torch.tensor(tokens, dtype=self._torch.long)
+            else:
+                new = self._generate(enc)[0, n:]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         return ChatResult(
             content=text,
