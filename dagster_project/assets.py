@@ -192,9 +192,10 @@ decision_samples_are_valid = _blocking_check(
 policy_sft = _stage_asset(
     "policy_sft",
     "training samples",
-    decision_samples,
-    "The SFT policy: a Qwen3 trained from scratch (TRL SFTTrainer) on the decision samples; exact, "
-    "structural, parse and validity rates on the val split; the MLflow run.",
+    [decision_samples, verified_samples],
+    "The SFT policy: a Qwen3 trained from scratch (TRL SFTTrainer) on the decision samples (or continued "
+    "from train.sft.init, with its own states relabelled: DAgger); exact, structural, parse and validity "
+    "rates on the val split; the MLflow run.",
     {"pytorch", "mlflow"},
     group="training",
     op_tags=TRAINING,
@@ -202,9 +203,10 @@ policy_sft = _stage_asset(
 policy_dagrpo = _stage_asset(
     "policy_dagrpo",
     "decision prompts",
-    policy_sft,
-    "DA-GRPO from the SFT policy: groups of decisions per state scored by the rubric reward against "
-    "the expert's decision; no sub-agent runs.",
+    [policy_sft, verified_samples],
+    "DA-GRPO from the SFT policy: groups of decisions per state (the expert's, the policy's own "
+    "relabelled by the expert, or both: train.dagrpo.states) scored by the rubric reward against the "
+    "expert's decision; no sub-agent runs in training.",
     {"pytorch", "mlflow"},
     group="training",
     op_tags=TRAINING,

@@ -47,6 +47,9 @@ class StageDeps:
 
 
 _EVAL_CODE = ("orchestra/evaluation", "orchestra/agent", "orchestra/backends", "orchestra/tools")
+#: a recipe that runs a policy end to end (outcome rollouts, the policy's own states relabelled)
+_ROLLOUT_CODE = ("orchestra/training", "orchestra/agent", "orchestra/backends", "orchestra/tools")
+_ROLLOUT_CODE += ("orchestra/data/decisions.py", "orchestra/data/trajectories.py")
 #: One entry per stage, in lineage order; dvc.yaml's deps and params say the same (tests/test_dvc.py).
 DEPS: dict[str, StageDeps] = {
     "seed_tasks": StageDeps(
@@ -117,20 +120,22 @@ DEPS: dict[str, StageDeps] = {
         ("decisions", "agent"),
         ("orchestra/data/decisions.py", "orchestra/data/trajectories.py"),
     ),
-    "policy_sft": StageDeps(
-        ("decision_samples",),
-        ("train.seed", "train.policy", "train.sft", "agent", "tracking"),
-        ("orchestra/training", "orchestra/agent/state.py", "orchestra/agent/lines.py"),
+    "policy_sft": StageDeps(  # train.sft.states both: the start policy's rollouts, relabelled
+        ("seed_tasks", "verified_samples", "decision_samples"),
+        ("train.seed", "train.policy", "train.sft", "agent", "tools", "eval.max_turns", "eval.concurrency")
+        + ("tracking",),
+        _ROLLOUT_CODE,
     ),
-    "policy_dagrpo": StageDeps(
-        ("decision_samples", "policy_sft"),
-        ("train.seed", "train.dagrpo", "agent", "providers", "tracking"),
-        ("orchestra/training",),
+    "policy_dagrpo": StageDeps(  # train.dagrpo.states policy/both: the same; answer_credit: the labels
+        ("seed_tasks", "verified_samples", "decision_samples", "policy_sft"),
+        ("train.seed", "train.dagrpo", "agent", "providers", "tools", "eval.max_turns", "eval.concurrency")
+        + ("tracking",),
+        _ROLLOUT_CODE,
     ),
     "policy_grpo": StageDeps(
         ("seed_tasks", "verified_samples", "decision_samples", "policy_sft"),
         ("train.seed", "train.grpo", "agent", "tools", "tracking"),
-        ("orchestra/training", "orchestra/agent", "orchestra/backends", "orchestra/tools"),
+        _ROLLOUT_CODE,
     ),
     "benchmark_scores": StageDeps(
         ("seed_tasks", "verified_samples", "policy_sft", "policy_dagrpo", "policy_grpo"),

@@ -35,7 +35,7 @@ TINY_TRAIN = {
             "warmup_steps": 0, "first_decision_repeats": 1},
     "dagrpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 2, "max_completion_length": 48,
                "save_steps": 1, "learning_rate": 1e-3},
-    "grpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 2, "max_completion_length": 48,
+    "grpo": {"max_steps": 2, "num_generations": 2, "per_device_batch_size": 4, "max_completion_length": 48,
              "save_steps": 1, "learning_rate": 1e-3},
 }  # fmt: skip
 #: ``eval`` params of the smallest benchmark_scores: every row, two tasks each, two turns at most

@@ -347,12 +347,44 @@ class SFTParams(_Section):
         description="each later delegation of the expert (a re-plan after an unsure or failed result: "
         "some 2% of the states) appears this many times per epoch",
     )
+    init: str | None = Field(
+        None,
+        description="continue from a policy instead of a new one: 'sft' (policy_sft/model), 'sft@N' (its "
+        "snapshot at step N) or a policy directory; null = a new policy (train.policy)",
+    )
+    snapshot_steps: list[int] = Field(
+        default_factory=list,
+        description="keep the model at these steps as policy_sft/snapshots/step-N (an init that still errs)",
+    )
+    states: Literal["expert", "both"] = Field(
+        "expert", description="both: also the start policy's own states, relabelled by the expert (DAgger)"
+    )
+    state_tasks: int = Field(64, ge=1, description="train tasks the start policy is rolled out on (states)")
+    max_wall_s: float | None = Field(
+        None, gt=0, description="stop training once this many seconds have passed (equal-budget comparisons)"
+    )
+
+    @model_validator(mode="after")
+    def _states_need_a_policy(self) -> SFTParams:
+        if self.states == "both" and self.init is None:
+            raise ValueError(
+                "train.sft.states: both needs train.sft.init (the policy whose states are relabelled)"
+            )
+        return self
 
 
 class GRPOParams(_Section):
     learning_rate: float = Field(2e-5, gt=0, le=1)
     num_generations: int = Field(4, ge=2, le=64, description="group size: decisions sampled per prompt")
-    steps_per_generation: int = Field(1, ge=1, le=64)
+    steps_per_generation: int = Field(
+        1, ge=1, le=64, description="optimizer steps per generation batch: > 1 makes the clip act"
+    )
+    num_iterations: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="optimizer passes over each generation batch (GRPO's mu): > 1 makes the clip act",
+    )
     per_device_batch_size: int = Field(8, ge=1, le=1024)
     beta: float = Field(0.04, gt=0, le=10, description="KL weight to the reference (the SFT policy)")
     epsilon: float = Field(0.2, gt=0, le=1, description="PPO-style clip range")
@@ -361,6 +393,12 @@ class GRPOParams(_Section):
     max_completion_length: int = Field(256, ge=8, le=32768)
     temperature: float = Field(1.0, gt=0, le=5)
     save_steps: int = Field(5, ge=1, description="a checkpoint every N steps (a killed run resumes there)")
+    init: str = Field(
+        "sft", description="the policy to start from: 'sft', 'sft@N' (a snapshot) or a directory"
+    )
+    max_wall_s: float | None = Field(
+        None, gt=0, description="stop training once this many seconds have passed (equal-budget comparisons)"
+    )
     use_vllm: bool = Field(False, description="generate with vLLM (GPU, the `gpu` extra)")
     vllm_mode: Literal["server", "colocate"] = Field(
         "colocate", description="server: a `trl vllm-serve` process; colocate: in the trainer's GPUs"
@@ -375,13 +413,33 @@ class GRPOParams(_Section):
             raise ValueError(
                 "per_device_batch_size * steps_per_generation must be a multiple of num_generations"
             )
-        if self.save_steps % self.steps_per_generation:
-            raise ValueError("save_steps must be a multiple of steps_per_generation (an exact resume point)")
+        if self.save_steps % (self.steps_per_generation * self.num_iterations):
+            raise ValueError(
+                "save_steps must be a multiple of steps_per_generation * num_iterations "
+                "(an exact resume point)"
+            )
         return self
 
 
 class OutcomeGRPOParams(GRPOParams):
     format_weight: float = Field(0.5, ge=0, description="weight of the format reward (answer: 1)")
+    decisions: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="decisions of each rollout trained on (each on the tokens it was sampled from, with "
+        "the rollout's reward); later ones are not",
+    )
+
+    @model_validator(mode="after")
+    def _groups(self) -> OutcomeGRPOParams:
+        groups = self.per_device_batch_size * self.steps_per_generation // self.num_generations
+        if groups % self.decisions:
+            raise ValueError(
+                "per_device_batch_size * steps_per_generation / num_generations must be a multiple of "
+                "decisions (a task's rollouts and every decision of them in one generation batch)"
+            )
+        return self
 
 
 class RubricWeights(_Section):
@@ -394,6 +452,17 @@ class RubricWeights(_Section):
 class DAGRPOParams(GRPOParams):
     reward_provider: str = "builtin"
     rubric: RubricWeights = RubricWeights()
+    answer_credit: bool = Field(
+        False,
+        description="a finish whose answer equals the task's labelled answer scores full tools and decision "
+        "credit even where the expert would go on (Orchestra-o1's judge sees the answer)",
+    )
+    states: Literal["expert", "policy", "both"] = Field(
+        "expert",
+        description="expert: the expert's path and off-path states; policy: the states the start policy "
+        "reaches on train tasks, relabelled by the expert; both",
+    )
+    state_tasks: int = Field(64, ge=1, description="train tasks the start policy is rolled out on (states)")
     first_decision_repeats: int = Field(
         1,
         ge=1,

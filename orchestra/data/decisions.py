@@ -29,7 +29,15 @@ from orchestra.agent.state import OrchestraState, history_from_evidence, render_
 from orchestra.config import AgentParams
 from orchestra.schemas import DecisionSample, Delegate, SolutionStep, Trajectory, VerifiedSample
 
-__all__ = ["OFF_PATH", "RENDERINGS", "cut_trajectory", "is_parallel_batch", "off_path_states", "seed_splits"]
+__all__ = [
+    "OFF_PATH",
+    "RENDERINGS",
+    "cut_trajectory",
+    "is_parallel_batch",
+    "off_path_states",
+    "relabel_trajectory",
+    "seed_splits",
+]
 
 
 def seed_splits(seed_ids: Sequence[str], fractions: Mapping[str, float], seed: int) -> dict[str, str]:
@@ -96,6 +104,33 @@ def cut_trajectory(sample: VerifiedSample, traj: Trajectory, agent: AgentParams)
         state = OrchestraState.model_validate(step.state)
         out.append(_sample(sample, state, step.decision, "expert", step.index, agent))
     return out
+
+
+def relabel_trajectory(
+    sample: VerifiedSample, traj: Trajectory, agent: AgentParams, kind: str = "policy"
+) -> tuple[list[DecisionSample], Counter[str]]:
+    """One sample per state another policy reached in ``traj`` (the state before each of its
+    decisions), labelled with the expert's decision there (DAgger); and why states were left out (the
+    expert has no decision there, or its decision is not valid in that state)."""
+    from orchestra.agent.decision import validate_decision
+    from orchestra.agent.state import validation_context
+
+    out: list[DecisionSample] = []
+    skipped: Counter[str] = Counter()
+    for step in traj.steps:
+        if step.state is None:
+            continue
+        state = OrchestraState.model_validate(step.state)
+        try:
+            action = expert_decision(state, sample.task.solution_program or [], agent=agent)
+        except ExpertError as e:
+            skipped[f"no expert decision: {str(e)[:80]}"] += 1
+            continue
+        if validate_decision(action, validation_context(state)) is not None:
+            skipped["the expert decision is not valid there"] += 1
+            continue
+        out.append(_sample(sample, state, action, kind, step.index, agent))
+    return out, skipped
 
 
 def _rng(*parts: object) -> np.random.Generator:

@@ -24,6 +24,9 @@ __all__ = [
     "RunDirs",
     "TrainResult",
     "base_args",
+    "init_policy",
+    "prompt_order",
+    "wall_budget",
     "file_digest",
     "generate",
     "evaluate_policy",
@@ -48,6 +51,48 @@ def file_digest(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def init_policy(root: Path, init: str) -> Path:
+    """The policy directory a recipe starts from: ``sft`` (``policy_sft/model``), ``sft@N`` (the SFT
+    run's snapshot at step N, ``train.sft.snapshot_steps``) or a directory (relative to ``root``)."""
+    from orchestra.errors import StageError
+
+    if init == "sft":
+        path = root / "policy_sft" / "model"
+    elif init.startswith("sft@") and init[4:].isdigit():
+        path = root / "policy_sft" / "snapshots" / f"step-{int(init[4:])}"
+    else:
+        path = root / init
+    if not (path / "config.json").is_file():
+        hint = "materialize policy_sft first" if init.startswith("sft") else "a policy directory"
+        raise StageError(f"{path}: no policy for init {init!r}; {hint}")
+    return path
+
+
+def prompt_order(n: int, count: int, seed: int) -> list[int]:
+    """``count`` indices into ``n`` prompts: shuffled passes by ``seed``, cut to length (a GRPO run
+    is one pass over this list, so a resumed run sees the same prompts)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    reps = -(-count // max(1, n))
+    return [int(i) for _ in range(reps) for i in rng.permutation(n)][:count]
+
+
+def wall_budget(t0: float, max_wall_s: float | None) -> Any:
+    """A transformers callback that stops training at the first step end past ``t0 + max_wall_s``
+    (``time.perf_counter`` seconds; None: never), so arms compared at equal wall-clock stop alike."""
+    from transformers import TrainerCallback
+
+    class WallBudget(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if max_wall_s is not None and time.perf_counter() - t0 >= max_wall_s:
+                control.should_training_stop = True
+                control.should_save = False
+            return control
+
+    return WallBudget()
 
 
 @dataclass(frozen=True)
@@ -163,7 +208,7 @@ def generate(
             tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
             for p in prompts[i : i + 32]
         ]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         with torch.no_grad():
             ids = model.generate(
                 **enc,

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from orchestra.agent.decision import Action
 from orchestra.agent.state import OrchestraState
 from orchestra.config import GRPOParams, Params
-from orchestra.errors import StageError
 from orchestra.schemas import DecisionSample
 from orchestra.training.common import (
     RUBRIC_PARTS,
@@ -20,30 +19,24 @@ from orchestra.training.common import (
     TrainResult,
     base_args,
     file_digest,
+    init_policy,
+    prompt_order,
     train_and_publish,
+    wall_budget,
 )
-from orchestra.training.examples import load_samples, target_texts
+from orchestra.training.examples import PolicyView, load_samples, target_texts
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 from orchestra.training.sft import samples_path
 
 __all__ = [
+    "distinct_prompts",
     "grpo_config",
     "pick_prompts",
-    "prompt_order",
     "rubric_rewards",
     "screen_prompts",
-    "start_policy",
     "train_dagrpo",
 ]
-
-
-def start_policy(root: Path) -> Path:
-    """The SFT policy both GRPO recipes start from (and KL-regularise towards)."""
-    path = root / "policy_sft" / "model"
-    if not (path / "config.json").is_file():
-        raise StageError(f"{path}: no SFT policy; materialize policy_sft first")
-    return path
 
 
 def grpo_config(
@@ -60,6 +53,7 @@ def grpo_config(
         ),
         num_generations=gp.num_generations,
         steps_per_generation=gp.steps_per_generation,
+        num_iterations=gp.num_iterations,
         beta=gp.beta,
         epsilon=gp.epsilon,
         loss_type=gp.loss_type,
@@ -75,16 +69,21 @@ def grpo_config(
 
 def rubric_rewards(
     samples: Mapping[str, DecisionSample],
-    score: Callable[[str, OrchestraState, Action, str], RubricScores],
+    score: Callable[..., RubricScores],
     fmt: str,
+    answers: Mapping[str, str] | None = None,
 ) -> list[Callable[..., list[float]]]:
     """One TRL reward function per rubric part (logged as ``rewards/<part>/mean``), all four from
-    one rubric call per (sample, completion): the reward model is called once per decision."""
+    one rubric call per (sample, completion): the reward model is called once per decision.
+    ``answers``: task id -> labelled answer, passed to ``score`` (answer credit) when given."""
 
     @lru_cache(maxsize=4096)
     def scores(sample_id: str, text: str) -> RubricScores:
         s = samples[sample_id]
-        return score(text, OrchestraState.model_validate(s.state), s.decision, fmt)
+        state = OrchestraState.model_validate(s.state)
+        if answers is None:
+            return score(text, state, s.decision, fmt)
+        return score(text, state, s.decision, fmt, answer=answers[s.task_id])
 
     def part(name: str) -> Callable[..., list[float]]:
         def reward(completions: list[Any], sample_id: list[str], **_: Any) -> list[float]:
@@ -97,14 +96,17 @@ def rubric_rewards(
     return [part(name) for name in RUBRIC_PARTS]
 
 
-def prompt_order(n: int, count: int, seed: int) -> list[int]:
-    """``count`` indices into ``n`` prompts: shuffled passes by ``seed``, cut to length (a GRPO run
-    is one pass over this list, so a resumed run sees the same prompts)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    reps = -(-count // max(1, n))
-    return [int(i) for _ in range(reps) for i in rng.permutation(n)][:count]
+def distinct_prompts(samples: Sequence[DecisionSample], view: PolicyView, agent: Any) -> list[DecisionSample]:
+    """``samples`` less those whose prompt, as ``view`` renders it, is an earlier one's (a re-rendering
+    the view does not show, e.g. another backend order): a repeated prompt is a repeated group."""
+    seen: set[str] = set()
+    out = []
+    for s in samples:
+        key = json.dumps(view.messages(OrchestraState.model_validate(s.state), agent), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
 
 
 def pick_prompts(
@@ -133,40 +135,47 @@ def screen_prompts(
     return (hard + easy)[:count], len(hard)
 
 
+def _train_states(
+    params: Params,
+    root: Path,
+    start: Path,
+    samples: Sequence[DecisionSample],
+    view: PolicyView,
+    dirs: RunDirs,
+) -> tuple[list[DecisionSample], dict[str, float]]:
+    """The train states ``train.dagrpo.states`` asks for, each rendering once (:func:`distinct_prompts`),
+    and what collecting the policy's own states measured."""
+    from orchestra.training.states import policy_states
+
+    gp = params.train.dagrpo
+    train = [s for s in samples if s.split == "train"] if gp.states != "policy" else []
+    stats: dict[str, float] = {}
+    if gp.states != "expert":
+        own, stats = policy_states(params, root, start, gp.state_tasks, dirs.root / "policy_states.jsonl")
+        train += view.prepare(own)
+    return distinct_prompts(train, view, params.agent), stats
+
+
 def train_dagrpo(params: Params, root: Path) -> TrainResult:
-    """DA-GRPO from the SFT policy on the train split's decision prompts: a group of decisions per
-    state, each scored by the rubric against the expert's decision for that state; publishes
-    ``data/policy_dagrpo/model``, scores it on the val split; resumable."""
+    """DA-GRPO from ``train.dagrpo.init`` on decision prompts (``train.dagrpo.states``: the expert's
+    states, the start policy's own, or both): a group of decisions per state, each scored by the rubric
+    against the expert's decision for that state; publishes ``data/policy_dagrpo/model``, scores it on
+    the val split; resumable; stops at ``max_wall_s``."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    from orchestra.data.trajectories import load_verified
     from orchestra.training.reward_model import make_rubric
     from orchestra.training.tracking import recipe_run, step_callback
 
     t0 = time.perf_counter()
     gp, path = params.train.dagrpo, samples_path(root)
-    start = start_policy(root)
+    start = init_policy(root, gp.init)
     model, tokenizer, view = load_policy(start)
     samples = load_samples(path, view=view)
-    train = [s for s in samples if s.split == "train"]
     val = [s for s in samples if s.split == "val"]
-    by_id = {s.sample_id: s for s in train}
-    n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
-    screen = max(1, gp.screen)
-    picked = pick_prompts(train, n_prompts * screen, gp.first_decision_repeats, params.train.seed)
-    screened: dict[str, float] = {}
-    if gp.screen:
-        picked, screened = _screen(picked, n_prompts, model, tokenizer, view, params)
-    rows = [
-        {
-            "prompt": view.messages(OrchestraState.model_validate(s.state), params.agent),
-            "sample_id": s.sample_id,
-        }
-        for s in picked
-    ]
     digest = file_digest(path)
     dirs = RunDirs(root / "policy_dagrpo")
-    w = gp.rubric
     fingerprint = {
         "recipe": "dagrpo",
         "dagrpo": gp.model_dump(mode="json"),
@@ -176,27 +185,42 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
         "start": file_digest(start / "model.safetensors"),
     }
     resume = dirs.prepare(fingerprint)
+    train, stats = _train_states(params, root, start, samples, view, dirs)
+    by_id = {s.sample_id: s for s in train}
+    n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
+    picked = pick_prompts(train, n_prompts * max(1, gp.screen), gp.first_decision_repeats, params.train.seed)
+    if gp.screen:
+        picked, screened = _screen(picked, n_prompts, model, tokenizer, view, params)
+        stats.update(screened)
+    rows = [
+        {
+            "prompt": view.messages(OrchestraState.model_validate(s.state), params.agent),
+            "sample_id": s.sample_id,
+        }
+        for s in picked
+    ]
+    answers = {s.candidate_id: s.task.answer for s in load_verified(root)} if gp.answer_credit else None
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
     with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
-        if screened:
+        if stats:
             import mlflow
 
-            mlflow.log_metrics(screened)
-        config = grpo_config(
-            gp,
-            dirs.checkpoints,
-            params.train.seed,
-            [w.format, w.validity, w.tools, w.decision],
-            gp.save_steps,
-        )
+            mlflow.log_metrics({**stats, "distinct_train_states": float(len(train))})
+        w = gp.rubric
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=rubric_rewards(by_id, make_rubric(params), view.fmt),
-            args=config,
+            reward_funcs=rubric_rewards(by_id, make_rubric(params), view.fmt, answers),
+            args=grpo_config(
+                gp,
+                dirs.checkpoints,
+                params.train.seed,
+                [w.format, w.validity, w.tools, w.decision],
+                gp.save_steps,
+            ),
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
-            callbacks=[step_callback()],
+            callbacks=[step_callback(), wall_budget(t0, gp.max_wall_s)],
         )
         seen = target_texts(view, train)
         run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
@@ -214,7 +238,7 @@ def _screen(
     t0 = time.perf_counter()
     prompts = [view.messages(OrchestraState.model_validate(s.state), params.agent) for s in candidates]
     outputs = generate(model, tokenizer, prompts, params.agent.decision_tokens)
-    score, w = make_rubric(params), params.train.dagrpo.rubric
+    score, w = make_rubric(params), params.train.dagrpo.rubric  # the expert-relative rubric: no answer
     totals = [
         score(o, OrchestraState.model_validate(s.state), s.decision, view.fmt).total(w)
         for o, s in zip(outputs, candidates, strict=True)

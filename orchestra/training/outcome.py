@@ -13,14 +13,23 @@ from orchestra.backends.chat import ChatResult
 from orchestra.config import AgentParams, GRPOParams, Params
 from orchestra.errors import StageError
 from orchestra.schemas import Task
-from orchestra.training.common import RecipeRun, RunDirs, TrainResult, file_digest, train_and_publish
+from orchestra.training.common import (
+    RecipeRun,
+    RunDirs,
+    TrainResult,
+    file_digest,
+    init_policy,
+    prompt_order,
+    train_and_publish,
+    wall_budget,
+)
 from orchestra.training.examples import PolicyView, load_samples, target_texts
-from orchestra.training.grpo import grpo_config, prompt_order, start_policy
+from orchestra.training.grpo import grpo_config
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import answers_equal
 from orchestra.training.sft import samples_path
 
-__all__ = ["SamplingChat", "answer_reward", "format_reward", "make_rollout", "train_grpo"]
+__all__ = ["SamplingChat", "answer_reward", "decision_prompt", "format_reward", "make_rollout", "train_grpo"]
 
 
 @dataclass
@@ -32,7 +41,7 @@ class _Call:
 @dataclass
 class SamplingChat:
     """A chat client over the model being trained: samples a decision at ``temperature`` and keeps
-    the token ids of every call (the rollout's turns)."""
+    the token ids of every call (the rollout's turns: one call per decision)."""
 
     model: Any
     tokenizer: Any
@@ -54,10 +63,15 @@ class SamplingChat:
         ids = self.tokenizer.apply_chat_template(
             list(messages), add_generation_prompt=True, return_dict=True
         )["input_ids"]
+        if len(ids) + self.max_new_tokens > int(self.context_tokens or 0):
+            raise ValueError(  # the policy renders its state within context - decision_tokens
+                f"a {len(ids)}-token prompt and {self.max_new_tokens} new tokens exceed the context"
+            )
+        dev = self.model.device
         with torch.no_grad():
             out = self.model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                torch.tensor([ids], device=dev),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=dev),
                 max_new_tokens=self.max_new_tokens,
                 do_sample=True,
                 temperature=self.temperature,
@@ -70,46 +84,65 @@ class SamplingChat:
         return ChatResult(text, [], len(ids), len(new), time.perf_counter() - t0)
 
 
+def decision_prompt(task_id: str, k: int) -> str:
+    """The trainer's prompt text for decision ``k`` of a rollout of ``task_id``."""
+    return f"{task_id}#{k}"
+
+
+def _parse(prompt: Any) -> tuple[str, int]:
+    text = prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
+    task_id, _, k = text.rpartition("#")
+    return task_id, int(k)
+
+
+@dataclass
+class _Rollout:
+    calls: list[_Call]
+    correct: float
+    formatted: float
+
+
 def make_rollout(
     tasks: Mapping[str, Task], env: Any, view: PolicyView, agent: AgentParams, gp: GRPOParams
 ) -> Any:
-    """TRL's ``rollout_func``: each prompt names a task (its id is the prompt's text); the orchestra
-    system runs it end to end with the policy sampling every decision and real sub-agents and tools.
-    The completion is every decision's tokens; the states shown between decisions are environment
-    tokens (``env_mask`` 0, no loss). Extra fields ``correct`` and ``formatted`` feed the rewards."""
+    """TRL's ``rollout_func``. A prompt names decision ``k`` of a task (:func:`decision_prompt`); the
+    G prompts of a group are G rollouts of the task (the orchestra system end to end, the policy
+    sampling every decision, real sub-agents and tools), each run once for all its decisions in the
+    batch. Row j of the group for decision k is the j-th rollout's k-th call: exactly the prompt and
+    tokens it was sampled from, with the rollout's rewards (``correct``, ``formatted``); a rollout with
+    fewer decisions gives a one-token row with no loss (``env_mask`` 0)."""
     from orchestra.agent.lm_policy import LMPolicy
     from orchestra.agent.systems import run_task_sync
 
+    def run(task: Task, trainer: Any) -> _Rollout:
+        chat = SamplingChat(trainer.model, trainer.processing_class, gp.max_completion_length, gp.temperature)
+        policy = LMPolicy(chat, fmt=view.fmt, style=view.style, max_retries=0, name="rollout", agent=agent)  # type: ignore[arg-type]
+        traj = run_task_sync(task, "orchestra", policy, env)
+        decisions = [s for s in traj.steps if s.raw_output is not None]
+        ok = sum(1 for s in decisions if s.decision is not None)
+        correct = float(traj.answer is not None and answers_equal(str(traj.answer), task.answer))
+        return _Rollout(chat.calls, correct, ok / len(decisions) if decisions else 0.0)
+
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        keys = [_parse(p) for p in prompts]
+        runs: dict[str, list[_Rollout]] = {}
+        seen: dict[tuple[str, int], int] = {}
         out: dict[str, list[Any]] = {
             k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "correct", "formatted")
         }
-        for prompt in prompts:
-            task = tasks[prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)]
-            chat = SamplingChat(
-                trainer.model, trainer.processing_class, gp.max_completion_length, gp.temperature
-            )
-            policy = LMPolicy(
-                chat, fmt=view.fmt, style=view.style, max_retries=0, name="rollout", agent=agent
-            )  # type: ignore[arg-type]
-            traj = run_task_sync(task, "orchestra", policy, env)
-            comp: list[int] = []
-            mask: list[int] = []
-            for i, call in enumerate(chat.calls):
-                if i:
-                    comp += call.prompt_ids
-                    mask += [0] * len(call.prompt_ids)
-                comp += call.completion_ids
-                mask += [1] * len(call.completion_ids)
-            decisions = [s for s in traj.steps if s.raw_output is not None]
-            ok = sum(1 for s in decisions if s.decision is not None)
-            out["prompt_ids"].append(chat.calls[0].prompt_ids if chat.calls else [])
-            out["completion_ids"].append(comp)
-            out["env_mask"].append(mask)
-            out["correct"].append(
-                float(traj.answer is not None and answers_equal(str(traj.answer), task.answer))
-            )
-            out["formatted"].append(ok / len(decisions) if decisions else 0.0)
+        eos = trainer.processing_class.eos_token_id
+        for key in keys:
+            j = seen[key] = seen.get(key, -1) + 1
+            done = runs.setdefault(key[0], [])
+            while len(done) <= j:
+                done.append(run(tasks[key[0]], trainer))
+            r = done[j]
+            call = r.calls[key[1]] if key[1] < len(r.calls) else None
+            out["prompt_ids"].append(call.prompt_ids if call else r.calls[0].prompt_ids)
+            out["completion_ids"].append(call.completion_ids if call else [eos])
+            out["env_mask"].append([1 if call else 0] * (len(call.completion_ids) if call else 1))
+            out["correct"].append(r.correct)
+            out["formatted"].append(r.formatted)
         return {**out, "logprobs": None}
 
     return rollout
@@ -126,8 +159,9 @@ def format_reward(completions: list[Any], formatted: list[float], **_: Any) -> l
 
 
 def train_grpo(params: Params, root: Path) -> TrainResult:
-    """Outcome GRPO from the SFT policy over the train split's verified tasks, with the same group
-    size and batch as DA-GRPO; publishes ``data/policy_grpo/model``; resumable."""
+    """Outcome GRPO from ``train.grpo.init`` over the train split's verified tasks, with the same group
+    size and batch as DA-GRPO, the first ``train.grpo.decisions`` decisions of every rollout trained
+    on (:func:`make_rollout`); publishes ``data/policy_grpo/model``; resumable; stops at ``max_wall_s``."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -145,11 +179,12 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     tasks = {s.candidate_id: s.task for s in verified}
     ids = sorted(tasks)
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
-    rows = [
-        {"prompt": [{"role": "user", "content": ids[i]}]}
-        for i in prompt_order(len(ids), n_prompts, params.train.seed)
+    rows = [  # a task's decisions side by side: one generation batch runs its rollouts once
+        {"prompt": [{"role": "user", "content": decision_prompt(ids[i], k)}]}
+        for i in prompt_order(len(ids), n_prompts // gp.decisions, params.train.seed)
+        for k in range(gp.decisions)
     ]
-    start = start_policy(root)
+    start = init_policy(root, gp.init)
     model, tokenizer, view = load_policy(start)
     samples = load_samples(path, view=view)
     val = [s for s in samples if s.split == "val"]
@@ -185,7 +220,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
             args=grpo_config(gp, dirs.checkpoints, params.train.seed, [1.0, gp.format_weight], gp.save_steps),
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
-            callbacks=[step_callback()],
+            callbacks=[step_callback(), wall_budget(t0, gp.max_wall_s)],
             rollout_func=make_rollout(tasks, env, view, params.agent, gp),
         )
         run = RecipeRun("grpo", dirs, resume, run_id, t0)

@@ -14,18 +14,20 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestra.agent.decision import Action, Format, render_decision
-from orchestra.agent.state import OrchestraState, render_state
+from orchestra.agent.decision import Action, Format, ParseError, parse_decision, render_decision, resolve
+from orchestra.agent.refs import ReferenceError_
+from orchestra.agent.state import OrchestraState, render_state, validation_context
 from orchestra.config import Params
 from orchestra.data.llm import JsonProvider, stage_provider
 from orchestra.errors import ReplyError
-from orchestra.schemas import MaestroSearch
-from orchestra.training.rewards import RubricScores, rubric
+from orchestra.schemas import Finish, MaestroSearch
+from orchestra.training.rewards import RubricScores, answers_equal, resolve_answer, rubric
 
-__all__ = ["LLMRubric", "RubricFn", "RubricReply", "make_rubric"]
+__all__ = ["LLMRubric", "RubricFn", "RubricReply", "credit_answer", "make_rubric"]
 
-#: what the trainer calls per policy output: (text, state, expert decision, format) -> scores
-RubricFn = Callable[[str, OrchestraState, Action, Format], RubricScores]
+#: what the trainer calls per policy output: (text, state, expert decision, format[, answer=]) -> scores;
+#: ``answer`` (the task's labelled answer) only where ``train.dagrpo.answer_credit`` is on
+RubricFn = Callable[..., RubricScores]
 
 _FORMATS = {
     "json": "one JSON object, as the state's rules describe",
@@ -52,6 +54,10 @@ _TASK = (
     "the reference answer (references resolved through the evidence), else 0. A decision that is "
     "not well-formed scores 0 throughout."
 )
+_ANSWER = (
+    " The item also holds 'answer', the task's labelled answer: a final answer equal to it (references "
+    "resolved) scores 1 for 'tools' and 'decision' even where the reference decision goes on."
+)
 
 
 class RubricReply(BaseModel):
@@ -74,7 +80,12 @@ class LLMRubric:
         self.provider, self.state_tokens = provider, state_tokens
 
     def __call__(
-        self, text: str, state: OrchestraState, expert: Action, fmt: Format = "lines"
+        self,
+        text: str,
+        state: OrchestraState,
+        expert: Action,
+        fmt: Format = "lines",
+        answer: str | None = None,
     ) -> RubricScores:
         messages = render_state(state, self.state_tokens, fmt="json", style="verbose")
         item = {
@@ -83,21 +94,56 @@ class LLMRubric:
             "format_rules": _FORMATS[fmt],
             "reference": render_decision(expert, "maestro" if isinstance(expert, MaestroSearch) else "json"),
             "decision": text,
+            **({} if answer is None else {"answer": answer}),
         }
         try:
-            r = self.provider.ask(RubricReply, _TASK, item)
+            r = self.provider.ask(RubricReply, _TASK + ("" if answer is None else _ANSWER), item)
         except ReplyError as e:
             return RubricScores(0.0, 0.0, 0.0, 0.0, reason=f"reward model reply rejected: {e}")
         return RubricScores(r.format, r.validity, r.tools, r.decision)
 
 
+def credit_answer(score: RubricFn) -> RubricFn:
+    """``score`` that, given the task's labelled ``answer``, gives a valid finish whose answer equals it
+    full tools and decision credit (a correct early finish; Orchestra-o1's judge sees the answer);
+    without ``answer`` it is ``score``. The reward model sees the answer too (:class:`LLMRubric`)."""
+
+    def scored(
+        text: str, state: OrchestraState, expert: Action, fmt: Format = "lines", answer: str | None = None
+    ) -> RubricScores:
+        out = (
+            score(text, state, expert, fmt, answer=answer)
+            if answer is not None
+            else score(text, state, expert, fmt)
+        )
+        if answer is None or out.validity < 1:
+            return out
+        action = parse_decision(text, fmt=fmt)
+        if isinstance(action, ParseError):
+            return out
+        action = resolve(action, validation_context(state))
+        if not isinstance(action, Finish):
+            return out
+        try:
+            got = resolve_answer(action.answer, state)
+        except ReferenceError_:
+            return out
+        return RubricScores(out.format, out.validity, 1.0, 1.0) if answers_equal(got, answer) else out
+
+    return scored
+
+
 def make_rubric(params: Params) -> RubricFn:
     """The rubric ``train.dagrpo.reward_provider`` names: kind ``builtin`` is the programmatic
     :func:`~orchestra.training.rewards.rubric`, kind ``openai`` an :class:`LLMRubric` on that
-    endpoint; another kind is a StageError."""
+    endpoint; another kind is a StageError. With ``train.dagrpo.answer_credit`` it also credits a
+    correct early finish (:func:`credit_answer`)."""
     name = params.train.dagrpo.reward_provider
     what = "train.dagrpo.reward_provider"
     spec = stage_provider(params, name, what)
-    if spec.kind == "builtin":
-        return rubric
-    return LLMRubric(JsonProvider(spec, name, what), params.agent.state_tokens)
+    score: RubricFn = (
+        rubric
+        if spec.kind == "builtin"
+        else LLMRubric(JsonProvider(spec, name, what), params.agent.state_tokens)
+    )
+    return credit_answer(score) if params.train.dagrpo.answer_credit else score

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,10 +19,12 @@ from orchestra.training.common import (
     TrainResult,
     base_args,
     file_digest,
+    init_policy,
     train_and_publish,
+    wall_budget,
 )
 from orchestra.training.examples import PolicyView, load_samples
-from orchestra.training.policy import build_policy, n_params
+from orchestra.training.policy import build_policy, load_policy, n_params, read_view
 
 __all__ = ["samples_path", "sft_examples", "train_sft"]
 
@@ -86,9 +89,38 @@ def _repeat(dataset: Any, order: Sequence[int]) -> Any:
     return dataset.select([at[r] for r in order if r in at]).remove_columns("row")
 
 
+def _snapshots(steps: Sequence[int], model: Any, tokenizer: Any, view: PolicyView, out: Path) -> Any:
+    """A transformers callback that keeps the model at each of ``steps`` as ``out/step-N`` (a policy
+    directory, written atomically): a start for RL where the policy still errs (``sft@N``)."""
+    from transformers import TrainerCallback
+
+    from orchestra.io import atomic_dir
+    from orchestra.training.policy import save_policy
+
+    class Snapshots(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if state.global_step in steps:
+                with atomic_dir(out / f"step-{state.global_step}") as tmp:
+                    save_policy(model, tokenizer, view, tmp)
+            return control
+
+    return Snapshots()
+
+
+def _model(params: Params, init: Path | None, rows: Sequence[dict[str, Any]]) -> tuple[Any, Any]:
+    """(model, tokenizer): the policy at ``init``, or a new one (``train.policy``) for ``rows``."""
+    if init is not None:
+        model, tokenizer, _ = load_policy(init)
+        return model, tokenizer
+    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]]
+    return build_policy(params.train.policy, texts, params.train.seed)
+
+
 def train_sft(params: Params, root: Path) -> TrainResult:
-    """Train a policy from scratch (or from ``train.policy.base_model``) on the train split's decision
-    samples, score it on the val split, publish ``data/policy_sft/model``; resumable (see RunDirs)."""
+    """Train a policy from scratch (or from ``train.policy.base_model``, or continue ``train.sft.init``)
+    on the train split's decision samples (with ``train.sft.states: both`` also the start policy's own
+    states relabelled by the expert: DAgger), score it on the val split, publish
+    ``data/policy_sft/model``; resumable (see RunDirs); stops at ``max_wall_s``."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -96,13 +128,14 @@ def train_sft(params: Params, root: Path) -> TrainResult:
 
     t0 = time.perf_counter()
     path = samples_path(root)
-    view, sp = PolicyView(), params.train.sft
+    sp = params.train.sft
+    init = init_policy(root, sp.init) if sp.init else None
+    view = (read_view(init) or PolicyView()) if init else PolicyView()
     samples = load_samples(path, view=view)
     train = [s for s in samples if s.split == "train"]
     val = [s for s in samples if s.split == "val"]
     if not train:
         raise StageError(f"{path}: no train samples")
-    rows = sft_examples(train, view, params.agent, sp.first_decision_repeats, sp.replan_repeats)
     digest = file_digest(path)
     dirs = RunDirs(root / "policy_sft")
     fingerprint = {
@@ -112,13 +145,28 @@ def train_sft(params: Params, root: Path) -> TrainResult:
         "seed": params.train.seed,
         "agent": params.agent.model_dump(mode="json"),
         "decision_samples": digest,
+        **({"start": file_digest(init / "model.safetensors")} if init else {}),
     }
     resume = dirs.prepare(fingerprint)
-    texts = [m["content"] for r in rows for m in r["prompt"] + r["completion"]]
-    model, tokenizer = build_policy(params.train.policy, texts, params.train.seed)
+    stats: dict[str, float] = {}
+    if init is not None and sp.states == "both":
+        from orchestra.training.states import policy_states
+
+        own, stats = policy_states(params, root, init, sp.state_tasks, dirs.root / "policy_states.jsonl")
+        train += view.prepare(own)
+    rows = sft_examples(train, view, params.agent, sp.first_decision_repeats, sp.replan_repeats)
+    model, tokenizer = _model(params, init, rows)
+    if not resume:
+        shutil.rmtree(dirs.root / "snapshots", ignore_errors=True)
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.params_n": str(n_params(model))}
+    if init is not None:
+        tags["orchestra.start_policy"] = str(init)
     with recipe_run(params, root, "sft", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
+        if stats:
+            import mlflow
+
+            mlflow.log_metrics(stats)
         args = base_args(
             dirs.checkpoints, params.train.seed, sp.learning_rate, sp.batch_size, sp.max_steps, sp.save_steps
         )
@@ -131,12 +179,15 @@ def train_sft(params: Params, root: Path) -> TrainResult:
             train_sampling_strategy="group_by_length",  # batches of like lengths: little padding
         )
         distinct, order = _distinct(rows)
+        callbacks = [step_callback(), wall_budget(t0, sp.max_wall_s)]
+        if sp.snapshot_steps:
+            callbacks.append(_snapshots(sp.snapshot_steps, model, tokenizer, view, dirs.root / "snapshots"))
         trainer = SFTTrainer(
             model=model,
             args=config,
             train_dataset=Dataset.from_list(distinct),
             processing_class=tokenizer,
-            callbacks=[step_callback()],
+            callbacks=callbacks,
         )
         trainer.train_dataset = _repeat(trainer.train_dataset, order)
         seen = {r["completion"][0]["content"] for r in rows}
