@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
+from orchestra.io import dir_digest
 from orchestra.lineage import DEPS, LINEAGE_FILE, dir_md5, read_record
 
 __all__ = ["AuditError", "Link", "audit"]
@@ -42,12 +43,6 @@ def _json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except json.JSONDecodeError:
         return None
-
-
-def _model_digest(path: Path) -> str:  # the runner's digest of a model folder (run.json model_sha256)
-    from orchestra.evaluation.runner import _dir_digest
-
-    return _dir_digest(path)
 
 
 def _file_sha256(path: Path) -> str:
@@ -140,7 +135,7 @@ def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
     chain = row
     out: list[Link] = []
     policy_dir = root / f"policy_{policy}"
-    model = _model_digest(policy_dir / "model")
+    model = dir_digest(policy_dir / "model")
     for k in range(params.eval.shards):
         run = _json(shard_dir(root, k) / row / "run.json")
         if run is None:
