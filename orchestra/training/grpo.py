@@ -141,7 +141,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     from trl import GRPOTrainer
 
     from orchestra.training.reward_model import make_rubric
-    from orchestra.training.tracking import recipe_run, step_callback
+    from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
     gp, path = params.train.dagrpo, samples_path(root)
@@ -179,6 +179,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
     with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
+        log_samples_input(path, digest, samples, "training")
         if screened:
             import mlflow
 

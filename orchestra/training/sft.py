@@ -92,7 +92,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from orchestra.training.tracking import recipe_run, step_callback
+    from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
     path = samples_path(root)
@@ -119,6 +119,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.params_n": str(n_params(model))}
     with recipe_run(params, root, "sft", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
+        log_samples_input(path, digest, samples, "training")
         args = base_args(
             dirs.checkpoints, params.train.seed, sp.learning_rate, sp.batch_size, sp.max_steps, sp.save_steps
         )
