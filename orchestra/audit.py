@@ -2,7 +2,9 @@
 
 The chain of a row of ``benchmark_scores``: the score → the policy checkpoint it evaluated (the model
 digest each shard's ``run.json`` recorded) → the checkpoint's MLflow run (present, not deleted,
-finished) → the decision_samples it trained on (the run's data tag) → and then, stage by stage, the
+finished) and its registered model version (the alias ``<recipe>`` of ``tracking.registered_model``:
+that run's, and made from this model folder) → the decision_samples it trained on (the run's data
+tag) → and then, stage by stage, the
 lineage records (``<stage>/lineage.json``): each input hash a stage recorded against that input's
 output now, and each output against what its stage wrote, down to seed_tasks; the Great Expectations
 result and the blocking check of verified_samples on the way.
@@ -18,6 +20,7 @@ from typing import Any
 
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
+from orchestra.io import dir_digest
 from orchestra.lineage import DEPS, LINEAGE_FILE, dir_md5, read_record
 
 __all__ = ["AuditError", "Link", "audit"]
@@ -42,12 +45,6 @@ def _json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except json.JSONDecodeError:
         return None
-
-
-def _model_digest(path: Path) -> str:  # the runner's digest of a model folder (run.json model_sha256)
-    from orchestra.evaluation.runner import _dir_digest
-
-    return _dir_digest(path)
 
 
 def _file_sha256(path: Path) -> str:
@@ -102,18 +99,43 @@ def _ge_link(chain: str, root: Path) -> Link:
     return Link(chain, "verified_samples GE result", ok, f"{what}; kept samples: {detail}")
 
 
-def _mlflow_links(chain: str, params: Params, root: Path, policy_dir: Path) -> list[Link]:
+def _registry_link(chain: str, client: Any, name: str, recipe: str, run_id: str, model: str) -> Link:
+    """The version the alias ``recipe`` of registered model ``name`` points at: made by run ``run_id``
+    from a model folder whose digest is ``model`` (the checkpoint's now)."""
+    from mlflow.exceptions import MlflowException
+
+    from orchestra.training.tracking import MODEL_DIGEST_TAG
+
+    what = "checkpoint → registered model version"
+    try:
+        version = client.get_model_version_by_alias(name, recipe)
+    except MlflowException as e:
+        return Link(chain, what, False, f"no version {name}@{recipe}: {e.message}")
+    at = f"{name}@{recipe} = version {version.version}"
+    if version.run_id != run_id:
+        return Link(chain, what, False, f"{at} of run {version.run_id}, not the checkpoint's run {run_id}")
+    want = version.tags.get(MODEL_DIGEST_TAG)
+    if want != model:
+        return Link(chain, what, False, f"the checkpoint changed after {at} was registered: {want} → {model}")
+    return Link(chain, what, True, f"{at}, model {model[:16]}")
+
+
+def _mlflow_links(chain: str, params: Params, root: Path, recipe: str, model: str) -> list[Link]:
+    """The checkpoint of ``recipe`` (its model folder's digest ``model``) → its MLflow run → its
+    registered model version, and the run → the decision samples it read."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
     from orchestra.training.tracking import tracking_uri
 
+    policy_dir = root / f"policy_{recipe}"
     summary = _json(policy_dir / "summary.json") or {}
     run_id = summary.get("mlflow_run_id")
     if not run_id:
         return [Link(chain, "checkpoint → MLflow run", False, f"{policy_dir}: a checkpoint without a run")]
+    client = mlflow.MlflowClient(tracking_uri(params, root))
     try:
-        run = mlflow.MlflowClient(tracking_uri(params, root)).get_run(run_id)
+        run = client.get_run(run_id)
     except MlflowException as e:
         return [Link(chain, "checkpoint → MLflow run", False, f"run {run_id} is missing: {e.error_code}")]
     if run.info.lifecycle_stage != "active":
@@ -124,7 +146,8 @@ def _mlflow_links(chain: str, params: Params, root: Path, policy_dir: Path) -> l
             "checkpoint → MLflow run",
             run.info.status == "FINISHED",
             f"run {run_id} {run.info.status}, commit {run.data.tags.get('git_commit', '?')[:12]}",
-        )
+        ),
+        _registry_link(chain, client, params.tracking.registered_model, recipe, run_id, model),
     ]
     want = run.data.tags.get("orchestra.decision_samples_sha256")
     have = _file_sha256(root / "decision_samples" / "samples.jsonl")
@@ -139,8 +162,7 @@ def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
 
     chain = row
     out: list[Link] = []
-    policy_dir = root / f"policy_{policy}"
-    model = _model_digest(policy_dir / "model")
+    model = dir_digest(root / f"policy_{policy}" / "model")
     for k in range(params.eval.shards):
         run = _json(shard_dir(root, k) / row / "run.json")
         if run is None:
@@ -149,7 +171,7 @@ def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
         ok = run.get("model_sha256") == model
         detail = f"model {model[:16]}" if ok else "the checkpoint changed after it was scored"
         out.append(Link(chain, f"score shard-{k} → checkpoint", ok, detail))
-    out += _mlflow_links(chain, params, root, policy_dir)
+    out += _mlflow_links(chain, params, root, policy, model)
     out += _stage_links(chain, root, f"policy_{policy}")
     return out
 

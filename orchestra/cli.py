@@ -105,8 +105,9 @@ def audit(
     ),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
 ) -> None:
-    """Walk each benchmark score back to the seeds (score → checkpoint → MLflow run → decision_samples →
-    ... → seed_tasks) and flag every link that no longer matches; exits 1 when one is broken."""
+    """Walk each benchmark score back to the seeds (score → checkpoint → MLflow run and registered model
+    version → decision_samples → ... → seed_tasks) and flag every link that no longer matches; exits 1
+    when one is broken."""
     from rich.console import Console
     from rich.table import Table
 

@@ -1,7 +1,8 @@
-"""Atomic file and directory writes (temp, then rename) and JSONL/Parquet record I/O."""
+"""Atomic file and directory writes (temp, then rename), JSONL/Parquet record I/O, a folder's digest."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -70,6 +71,15 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         os.replace(path, old)
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def dir_digest(path: Path) -> str:
+    """SHA-256 over every file of a folder (relative path and bytes, in path order); an absent folder
+    digests as empty. The model digest of evaluation's ``run.json``, the registry and the audit."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else ():
+        h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def dump_json(obj: object) -> str:

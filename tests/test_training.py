@@ -199,6 +199,11 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
         assert run.data.tags["git_commit"] and run.data.tags["orchestra.decision_samples_sha256"]
         assert "step_wall_s" in run.data.metrics and "val_exact" in run.data.metrics
         assert run.data.params["orchestra.train.seed"] == "17"
+        (given,) = run.inputs.dataset_inputs
+        context = "validation" if recipe == "grpo" else "training"  # outcome GRPO trains on rollouts
+        assert given.dataset.name == "decision_samples" and given.tags[0].value == context
+        version = _client(tmp_path).get_model_version_by_alias("orchestra-policy", recipe)
+        assert version.run_id == run.info.run_id
     assert {"rewards/format/mean", "rewards/decision/mean", "kl", "entropy", "loss"} <= set(
         runs["dagrpo"].data.metrics
     )
@@ -208,6 +213,70 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     spec = ProviderSpec(kind="transformers", model=str(dag.model_dir), state_style="verbose")
     policy = lm_policy(spec, params.agent)
     assert policy.fmt == "lines" and policy.style == "marked"
+
+
+def _registry_link(params: Params, root: Path) -> Any:
+    from orchestra.audit import audit
+
+    (link,) = [
+        x for x in audit(params, root, ["orchestra_sft"]) if x.link.endswith("registered model version")
+    ]
+    return link
+
+
+def test_a_published_policy_is_a_registered_version_with_its_data_input_and_the_audit_checks_it(
+    built: tuple[Path, str], tmp_path: Path, tiny_train: dict[str, Any]
+) -> None:
+    """Two SFT steps: the run names its decision samples as a dataset input and keeps the val decisions;
+    the model becomes a version of the registered model under the alias ``sft``, which the audit checks
+    against the checkpoint's run and the model folder now."""
+    import mlflow
+
+    from orchestra.io import dir_digest
+    from orchestra.training.common import file_digest
+    from orchestra.training.run import train_recipe
+    from orchestra.training.tracking import TrackingError, register_policy
+
+    root = _root(built, tmp_path)
+    sft = {**tiny_train["sft"], "max_steps": 2, "save_steps": 2}
+    params = _params(tmp_path, root, tiny_train, sft=sft)
+    res = train_recipe("sft", params, root)
+    client, samples = _client(tmp_path), root / "decision_samples" / "samples.jsonl"
+    (given,) = client.get_run(res.run_id).inputs.dataset_inputs
+    assert given.dataset.name == "decision_samples" and given.dataset.digest == file_digest(samples)[:36]
+    assert json.loads(given.dataset.source) == {"uri": str(samples.resolve())}
+    assert json.loads(given.dataset.profile)["num_rows"] == len(samples.read_text().splitlines())
+    assert [(t.key, t.value) for t in given.tags] == [("mlflow.data.context", "training")]
+    assert {"model", "val_decisions.jsonl"} <= {a.path for a in client.list_artifacts(res.run_id)}
+    kept = client.download_artifacts(res.run_id, "val_decisions.jsonl", str(tmp_path))
+    assert Path(kept).read_bytes() == (root / "policy_sft" / "val_decisions.jsonl").read_bytes()
+
+    version = client.get_model_version_by_alias("orchestra-policy", "sft")
+    assert version.run_id == res.run_id and int(version.version) == res.model_version
+    assert version.tags["orchestra.model_sha256"] == dir_digest(res.model_dir)
+    assert json.loads((root / "policy_sft" / "summary.json").read_text())["mlflow_model_version"] == 1
+
+    scores = root / "benchmark_scores" / "scores.json"
+    scores.parent.mkdir()
+    scores.write_text(json.dumps({"orchestra_sft": {"policy": "sft"}}))
+    assert _registry_link(params, root).ok, _registry_link(params, root)
+    extra = res.model_dir / "notes.txt"
+    extra.write_text("edited after registration")
+    changed = _registry_link(params, root)
+    assert not changed.ok and "changed after orchestra-policy@sft = version 1" in changed.detail
+    extra.unlink()
+    pipeline = client.get_run(res.run_id).data.tags["mlflow.parentRunId"]
+    other = client.create_model_version("orchestra-policy", "runs:/x/model", pipeline)
+    client.set_registered_model_alias("orchestra-policy", "sft", other.version)
+    moved = _registry_link(params, root)
+    assert not moved.ok and f"of run {pipeline}, not the checkpoint's run {res.run_id}" in moved.detail
+    client.delete_registered_model_alias("orchestra-policy", "sft")
+    gone = _registry_link(params, root)
+    assert not gone.ok and "no version orchestra-policy@sft" in gone.detail
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with pytest.raises(TrackingError, match="registering run 0+'s model"):
+        register_policy("orchestra-policy", "sft", "0" * 32, res.model_dir)
 
 
 def test_sft_rows_repeat_first_decisions_and_replans_and_the_bare_view_names_no_pool(

@@ -546,6 +546,11 @@ class TrackingParams(_Section):
     ui_url: str = Field(
         "http://127.0.0.1:5000", description="the MLflow UI (make mlflow-ui) run links point at"
     )
+    registered_model: str = Field(
+        "orchestra-policy",
+        pattern=r"^[A-Za-z0-9][\w.-]*$",
+        description="the MLflow registered model each published policy is a version of (alias: its recipe)",
+    )
 
     @model_validator(mode="after")
     def _not_file_store(self) -> TrackingParams:

@@ -28,7 +28,7 @@ from typing import Any
 from orchestra.config import Params, ProviderSpec
 from orchestra.errors import OrchestraError
 from orchestra.evaluation.scoring import LLMJudge, exact_match, extract_answer, numeric_match, summarize
-from orchestra.io import atomic_write_text, dump_json, record_dict
+from orchestra.io import atomic_write_text, dir_digest, dump_json, record_dict
 from orchestra.schemas import Task, Trajectory, read_tasks_json
 
 __all__ = ["EvalConfig", "EvalError", "item_messages", "load_items", "run_eval"]
@@ -88,17 +88,10 @@ class EvalConfig:
         keep += ("seed", "shard")
         out = {"benchmark_sha256": digest, **{k: _plain(asdict(self)[k]) for k in keep}}
         if self.policy.startswith("checkpoint:"):  # a retrained model is another run
-            out["model_sha256"] = _dir_digest(Path(self.policy.split(":", 1)[1]))
+            out["model_sha256"] = dir_digest(Path(self.policy.split(":", 1)[1]))
         elif self.policy == "untrained":  # fresh weights on the SFT policy's config and tokenizer
-            out["model_sha256"] = _dir_digest((self.data_dir or self.out) / "policy_sft" / "model")
+            out["model_sha256"] = dir_digest((self.data_dir or self.out) / "policy_sft" / "model")
         return out
-
-
-def _dir_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else ():
-        h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
 
 
 def _plain(v: Any) -> Any:

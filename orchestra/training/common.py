@@ -135,7 +135,8 @@ class RunDirs:
 
 @dataclass
 class TrainResult:
-    """What a recipe reports: the published model, steps, final metrics, the MLflow run."""
+    """What a recipe reports: the published model, steps, final metrics, the MLflow run and the
+    registered model version the model became."""
 
     recipe: str
     model_dir: Path
@@ -145,6 +146,7 @@ class TrainResult:
     run_id: str | None = None
     resumed: bool = False
     wall_s: float = 0.0
+    model_version: int | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -154,6 +156,7 @@ class TrainResult:
             "rows": self.samples,
             "metrics": self.metrics,
             "mlflow_run_id": self.run_id,
+            "mlflow_model_version": self.model_version,
             "resumed": self.resumed,
             "wall_s": round(self.wall_s, 1),
         }
@@ -282,15 +285,17 @@ def publish(
     metrics: Mapping[str, float],
 ) -> None:
     """Log the final ``metrics`` to the active MLflow run, write ``model/`` (atomically: the previous
-    one stays until the new one is complete) and the per-sample validation rows, and log the model
-    directory as the run's ``model`` artifact."""
+    one stays until the new one is complete) and the per-sample validation rows
+    (``val_decisions.jsonl``), and log both as artifacts of the run (the model directory as ``model``)."""
     import mlflow
 
     mlflow.log_metrics(dict(metrics))
     with atomic_dir(dirs.model) as tmp:
         save_policy(model, tokenizer, view, tmp)
-    atomic_write_text(dirs.root / "val_decisions.jsonl", "".join(dump_json(dict(r)) + "\n" for r in rows))
+    val = dirs.root / "val_decisions.jsonl"
+    atomic_write_text(val, "".join(dump_json(dict(r)) + "\n" for r in rows))
     mlflow.log_artifacts(str(dirs.model), artifact_path="model")
+    mlflow.log_artifact(str(val))
 
 
 @dataclass(frozen=True)
@@ -317,13 +322,19 @@ def train_and_publish(
 ) -> TrainResult:
     """The end every recipe shares, inside its MLflow run: train (from the last checkpoint when
     resuming), score on the val split (plus the last logged training loss, which a resumed run
-    restores), publish, drop the checkpoints."""
+    restores), publish, register the model as a version of ``tracking.registered_model`` with the
+    alias of the recipe, drop the checkpoints."""
+    from orchestra.training.tracking import register_policy
+
     trainer.train(resume_from_checkpoint=True if run.resume else None)
     tok = trainer.processing_class
     metrics, rows = validation_metrics(model, tok, val, view, params, train_targets)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     metrics["train_loss_last"] = float(losses[-1]) if losses else float("nan")
     publish(model, tok, view, run.dirs, rows, metrics)
+    version = register_policy(params.tracking.registered_model, run.recipe, run.run_id, run.dirs.model)
     run.dirs.finish()
     steps, wall = trainer.state.global_step, time.perf_counter() - run.t0
-    return TrainResult(run.recipe, run.dirs.model, steps, n_samples, metrics, run.run_id, run.resume, wall)
+    return TrainResult(
+        run.recipe, run.dirs.model, steps, n_samples, metrics, run.run_id, run.resume, wall, version
+    )

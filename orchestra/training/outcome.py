@@ -169,7 +169,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     from orchestra.data.trajectories import load_verified
     from orchestra.tools.cache import open_perception_cache
     from orchestra.tools.registry import default_registry
-    from orchestra.training.tracking import recipe_run, step_callback
+    from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
     gp, path = params.train.grpo, samples_path(root)
@@ -200,7 +200,8 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     }
     resume = dirs.prepare(fingerprint)
     seeds_dir = root / "seed_tasks"
-    tags = {"orchestra.decision_samples_sha256": file_digest(path), "orchestra.start_policy": str(start)}
+    digest = file_digest(path)
+    tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
     cache = open_perception_cache(root, params.tools)
     with (
         cache or nullcontext(),
@@ -208,6 +209,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
         recipe_run(params, root, "grpo", tags, resume_id=dirs.run_id()) as run_id,
     ):
         dirs.remember_run(run_id)
+        log_samples_input(path, digest, samples, "validation")  # it trains on verified tasks' rollouts
         env = Environment(
             tools=tools,
             backends=builtin_backends(params.agent),

@@ -124,7 +124,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from orchestra.training.tracking import recipe_run, step_callback
+    from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
     path = samples_path(root)
@@ -163,6 +163,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
         tags["orchestra.start_policy"] = str(init)
     with recipe_run(params, root, "sft", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
+        log_samples_input(path, digest, samples, "training")
         if stats:
             import mlflow
 

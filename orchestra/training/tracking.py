@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
+from orchestra.io import dir_digest
+from orchestra.schemas import DecisionSample
 
-__all__ = ["TrackingError", "ensure_experiment", "git_commit", "recipe_run", "step_callback", "tracking_uri"]
+__all__ = [
+    "MODEL_DIGEST_TAG",
+    "TrackingError",
+    "ensure_experiment",
+    "git_commit",
+    "log_samples_input",
+    "recipe_run",
+    "register_policy",
+    "step_callback",
+    "tracking_uri",
+]
+
+#: the tag of a registered model version that holds the digest of the model folder it was made from
+MODEL_DIGEST_TAG = "orchestra.model_sha256"
 
 #: the stage each MLflow run of ours belongs to (its inputs' DVC hashes become the run's tags)
 _STAGE = {"sft": "policy_sft", "dagrpo": "policy_dagrpo", "grpo": "policy_grpo", "report": "report"}
@@ -146,6 +162,62 @@ def recipe_run(
         raise
     mlflow.end_run("FINISHED")
     client.set_terminated(parent, "FINISHED")  # as of its latest recipe; a later one adds a child
+
+
+def log_samples_input(path: Path, digest: str, samples: Sequence[DecisionSample], context: str) -> None:
+    """Log the decision samples file ``path`` as a dataset input of the active run, in ``context``
+    (``training``, or ``validation`` for a recipe that reads only their val split): named
+    ``decision_samples``, its source the file, its digest ``digest`` (the file's SHA-256, the run's
+    ``orchestra.decision_samples_sha256``) cut to MLflow's 36 characters; its schema and row count
+    those of a light projection (id, task, split, step, kind, action), not the states."""
+    import mlflow
+    import pandas as pd
+    from mlflow.exceptions import MlflowException
+
+    rows = [
+        {
+            "sample_id": s.sample_id,
+            "task_id": s.task_id,
+            "split": s.split,
+            "step_index": s.step_index,
+            "kind": s.kind,
+            "action": s.decision.kind,
+        }
+        for s in samples
+    ]
+    with warnings.catch_warnings():  # a local path resolves to one of two same-named local sources
+        warnings.filterwarnings("ignore", "The specified dataset source can be interpreted in multiple ways")
+        dataset = mlflow.data.from_pandas(
+            pd.DataFrame(rows), source=str(path.resolve()), name="decision_samples", digest=digest[:36]
+        )
+    try:
+        mlflow.log_input(dataset, context=context)
+    except MlflowException as e:
+        raise TrackingError(f"logging {path} as a dataset input ({context}): {e}") from e
+
+
+def register_policy(name: str, recipe: str, run_id: str, model_dir: Path) -> int:
+    """Make the ``model`` artifact of run ``run_id`` a new version of the registered model ``name``
+    (created when absent), tagged with the recipe and the digest of ``model_dir``
+    (:data:`MODEL_DIGEST_TAG`), and point the alias ``recipe`` at it; returns the version number.
+    The store is the current tracking URI (:func:`recipe_run` sets it)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    tags = {MODEL_DIGEST_TAG: dir_digest(model_dir), "orchestra.recipe": recipe}
+    try:
+        try:
+            client.create_registered_model(name, description="the published orchestration policies")
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":  # another recipe registered it first
+                raise
+        source = f"{client.get_run(run_id).info.artifact_uri}/model"
+        version = client.create_model_version(name, source, run_id, tags=tags)
+        client.set_registered_model_alias(name, recipe, version.version)
+    except MlflowException as e:
+        raise TrackingError(f"registering run {run_id}'s model as {name}@{recipe}: {e}") from e
+    return int(version.version)
 
 
 def step_callback() -> Any:

@@ -1,0 +1,224 @@
+"""The recipes at equal budget: from one start policy, each arm trains for the same wall-clock seconds.
+
+Usage: python bench/recipes.py [--data data] [--params params.yaml] [--budget-s 150] [--seeds 17,18,19]
+                               [--init sft@550] [--arms a,b,...] [--tasks N] [--out bench_out/recipes]
+
+Arms (each from ``--init``, the SFT run's snapshot by default: a policy that still errs):
+  sft_continue      SFT on the expert's states (the decision samples), continued
+  dagger_sft        SFT on those plus the start policy's own states relabelled by the expert (DAgger)
+  dagrpo_expert     DA-GRPO on the expert's states (the default rubric, 1/1/1/2)
+  dagrpo_policy     DA-GRPO on the start policy's own states
+  dagrpo_published  DA-GRPO on the policy's states with Orchestra-o1's weights (0.1/0.1/0.2/0.6) and
+                    answer credit (a correct early finish scores full decision credit)
+  grpo              outcome GRPO (Maestro): rollouts end to end, reward = answer + format
+Each arm runs once per ``train.seed`` in ``--seeds`` in its own copy of the data root (the start
+policy, the decision samples), stops at ``--budget-s`` seconds (state collection included), and is
+scored end to end (``orchestra eval``'s runner: the orchestra system, real tools, builtin sub-agents)
+on every test task. Prints per arm: the mean EM over seeds, the paired per-task bootstrap 95% interval
+of (arm - sft_continue) on the seed-averaged per-task EM, optimizer steps and the median wall seconds
+of an optimizer step; the start policy's own EM; and the final line
+``RESULT recipes order=<arms by EM> dagrpo_minus_sft=<d> [lo, hi] step_cost_grpo_over_dagrpo=<r>``
+(dagrpo = the better DA-GRPO arm by mean EM). Nothing is asserted: the numbers are what they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestra.config import Params, data_root, load_params, parse_params
+
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "sft_continue": ("sft", {"states": "expert"}),
+    "dagger_sft": ("sft", {"states": "both"}),
+    "dagrpo_expert": ("dagrpo", {"states": "expert"}),
+    "dagrpo_policy": ("dagrpo", {"states": "policy"}),
+    "dagrpo_published": (
+        "dagrpo",
+        {
+            "states": "policy",
+            "answer_credit": True,
+            "rubric": {"format": 0.1, "validity": 0.1, "tools": 0.2, "decision": 0.6},
+        },
+    ),
+    "grpo": ("grpo", {}),
+}
+#: step caps far beyond what a budget allows: the wall budget is what stops every arm
+MAX_STEPS = {"sft": 20000, "dagrpo": 2000, "grpo": 2000}
+
+
+def arm_params(
+    base: Params, root: Path, tracking: Path, arm: str, seed: int, init: str, budget: float
+) -> Params:
+    recipe, extra = ARMS[arm]
+    data = base.model_dump(mode="json")
+    data["paths"]["data_dir"] = str(root)
+    data["train"]["seed"] = seed
+    section = data["train"][recipe]
+    section.update({"init": init, "max_wall_s": budget, "max_steps": MAX_STEPS[recipe], **extra})
+    if recipe == "sft":
+        section.update({"snapshot_steps": [], "save_steps": 10**6})
+    else:
+        section["save_steps"] = 10**6 - 10**6 % (section["steps_per_generation"] * section["num_iterations"])
+    data["tracking"] = {
+        **data["tracking"],
+        "mlflow_uri": f"sqlite:///{tracking}",
+        "experiment": "bench_recipes",
+    }
+    return parse_params(data)
+
+
+def arm_root(src: Path, out: Path) -> Path:
+    """A data root for one run: the seeds, verified and decision samples linked, the start policy copied."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name in ("seed_tasks", "verified_samples", "decision_samples"):
+        (out / name).symlink_to((src / name).resolve())
+    shutil.copytree(src / "policy_sft", out / "policy_sft", ignore=shutil.ignore_patterns("checkpoints"))
+    for cache in (src / "cache",):
+        if cache.is_dir():
+            (out / "cache").symlink_to(cache.resolve())
+    return out
+
+
+def evaluate(params: Params, root: Path, model: Path, out: Path, tasks: int | None) -> dict[str, int]:
+    """task id -> EM (0/1) of the policy at ``model`` on the test split, through the eval runner."""
+    from orchestra.evaluation.report import benchmark_file
+    from orchestra.evaluation.runner import EvalConfig, load_items, run_eval
+
+    cfg = EvalConfig(
+        benchmark=benchmark_file(root),
+        out=out,
+        policy=f"checkpoint:{model}",
+        limit=tasks,
+        concurrency=params.eval.concurrency,
+        max_turns=params.eval.max_turns,
+        data_dir=root,
+        seed=params.train.seed,
+    )
+    run_eval(params, cfg)
+    return {k: int(v["em_score"]) for k, v in load_items(out).items()}
+
+
+def step_seconds(tracking: Path, run_id: str) -> float:
+    import mlflow
+
+    hist = mlflow.MlflowClient(f"sqlite:///{tracking}").get_metric_history(run_id, "step_wall_s")
+    return statistics.median(m.value for m in hist) if hist else float("nan")
+
+
+def paired_interval(
+    a: np.ndarray, b: np.ndarray, n: int = 10000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean of a - b over tasks and its percentile bootstrap 95% interval (tasks resampled)."""
+    d = a - b
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(n, len(d)))].mean(axis=1)
+    return float(d.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def run_arm(args: argparse.Namespace, base: Params, src: Path, arm: str, seed: int) -> dict[str, Any]:
+    from orchestra.training.run import train_recipe
+
+    work = args.out / f"{arm}-{seed}"
+    done = work / "result.json"
+    if done.is_file():  # a finished run of the same arm and seed (delete --out to redo)
+        return json.loads(done.read_text())
+    root = arm_root(src, work / "data")
+    tracking = work / "mlflow.db"
+    params = arm_params(base, root, tracking, arm, seed, args.init, args.budget_s)
+    t0 = time.perf_counter()
+    res = train_recipe(ARMS[arm][0], params, root)
+    wall = time.perf_counter() - t0
+    em = evaluate(params, root, res.model_dir, work / "eval", args.tasks)
+    out = {
+        "arm": arm,
+        "seed": seed,
+        "steps": res.steps,
+        "train_wall_s": round(wall, 1),
+        "step_s": step_seconds(tracking, res.run_id or ""),
+        "em": em,
+    }
+    done.write_text(json.dumps(out, indent=1) + "\n")
+    shutil.rmtree(root / "policy_sft", ignore_errors=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=None, help="data folder (default: the params' data_dir)")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--budget-s", type=float, default=150.0, help="wall seconds per arm and seed")
+    ap.add_argument("--seeds", default="17,18,19")
+    ap.add_argument("--init", default="sft@550", help="the start: sft, sft@N (a snapshot) or a directory")
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--tasks", type=int, default=None, help="first N test tasks (default: all)")
+    ap.add_argument("--out", type=Path, default=Path("bench_out/recipes"))
+    args = ap.parse_args()
+    base = load_params(args.params)
+    src = args.data or data_root(args.params, base)
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or "sft_continue" not in arms:
+        print(f"error: arms {unknown} unknown, or sft_continue (the baseline) missing", file=sys.stderr)
+        return 2
+    seeds = [int(s) for s in args.seeds.split(",")]
+    start = run_start(args, base, src)
+    results = {a: [run_arm(args, base, src, a, s) for s in seeds] for a in arms}
+    return report(results, start)
+
+
+def run_start(args: argparse.Namespace, base: Params, src: Path) -> dict[str, int]:
+    """The start policy's own EM on the same tasks (what every arm moves from)."""
+    from orchestra.training.common import init_policy
+
+    out = args.out / "start"
+    done = out / "em.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    em = evaluate(base, src, init_policy(src, args.init), out / "eval", args.tasks)
+    done.write_text(json.dumps(em) + "\n")
+    return em
+
+
+def report(results: dict[str, list[dict[str, Any]]], start: dict[str, int]) -> int:
+    ids = sorted(start)
+    per_task = {a: np.mean([[r["em"][t] for t in ids] for r in rs], axis=0) for a, rs in results.items()}
+    base = per_task["sft_continue"]
+    print(f"start policy: EM {np.mean([start[t] for t in ids]):.3f} on {len(ids)} test tasks")
+    head = f"{'arm':18s} {'EM':>6s} {'seeds':>17s} {'minus sft_continue [95%]':>30s}"
+    print(f"{head} {'steps':>11s} {'s/step':>7s}")
+    rows = {}
+    for arm, rs in results.items():
+        d, lo, hi = paired_interval(per_task[arm], base)
+        ems = [np.mean([r["em"][t] for t in ids]) for r in rs]
+        steps = [r["steps"] for r in rs]
+        cost = statistics.median(r["step_s"] for r in rs)
+        rows[arm] = (float(np.mean(ems)), d, lo, hi, cost)
+        print(
+            f"{arm:18s} {np.mean(ems):6.3f} {'/'.join(f'{e:.3f}' for e in ems):>17s} "
+            f"{d:+9.3f} [{lo:+.3f}, {hi:+.3f}]     {'/'.join(map(str, steps)):>11s} {cost:7.2f}"
+        )
+    order = sorted(rows, key=lambda a: -rows[a][0])
+    dag = max((a for a in rows if a.startswith("dagrpo")), key=lambda a: rows[a][0], default=None)
+    line = f"RESULT recipes order={'>'.join(order)}"
+    if dag:
+        _, d, lo, hi, cost = rows[dag]
+        line += f" dagrpo_minus_sft={d:+.3f} [{lo:+.3f}, {hi:+.3f}] ({dag})"
+        if "grpo" in rows:
+            line += f" step_cost_grpo_over_dagrpo={rows['grpo'][4] / cost:.1f}"
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
