@@ -342,3 +342,54 @@ def test_placement_on_a_gpu_follows_the_model(sft_root: Path) -> None:
     assert isinstance(generate(model, tok, [msgs], 8)[0], str)
     chat = SamplingChat(model, tok, 8)
     assert chat.chat(msgs).completion_tokens > 0
+
+
+@pytest.mark.slow
+def test_two_processes_train_sft_and_dagrpo_to_one_run_and_one_model(
+    sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any]
+) -> None:
+    """``torchrun --nproc_per_node 2`` (gloo on CPU): each recipe ends in one MLflow run, one published
+    model and one registered version; each process trained on its own share of every batch."""
+    import mlflow
+
+    root = _copy(sft_root, tmp_path)
+    shutil.rmtree(root / "policy_sft")
+    params = _params(
+        tmp_path, root, tiny_train, sft={"max_steps": 6, "save_steps": 3}, dagrpo={"max_steps": 2}
+    )
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(params.model_dump(mode="json")))
+    torchrun = Path(sys.executable).parent / "torchrun"
+    for recipe in ("sft", "dagrpo"):
+        cmd = [str(torchrun), "--nproc_per_node", "2", "-m", "orchestra.cli", "train", "--recipe", recipe]
+        proc = subprocess.run(
+            [*cmd, "--params", str(f)], cwd=ROOT, text=True, capture_output=True, timeout=600, check=False
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary = json.loads((root / f"policy_{recipe}" / "summary.json").read_text())
+        assert summary["processes"] == 2 and summary["steps"] == (6 if recipe == "sft" else 2)
+        assert (root / f"policy_{recipe}" / "model" / "model.safetensors").is_file()
+        assert not (root / f"policy_{recipe}" / "checkpoints").exists()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("test")
+    runs = client.search_runs([exp.experiment_id])
+    by_recipe = sorted(r.data.tags.get("orchestra.recipe", "") for r in runs)
+    assert by_recipe == ["", "dagrpo", "sft"]  # the pipeline run and one run per recipe
+    versions = client.search_model_versions(f"name = '{params.tracking.registered_model}'")
+    assert sorted(v.tags["orchestra.recipe"] for v in versions) == ["dagrpo", "sft"]
+    for r in runs:
+        if r.data.tags.get("orchestra.recipe"):
+            assert r.info.status == "FINISHED"
+            assert "step_wall_s" in r.data.metrics
+    # the same 6 SFT steps in one process cover half the epoch: each of the two took its own batch
+    from orchestra.training.run import train_recipe
+
+    one = _copy(sft_root, tmp_path / "one")
+    shutil.rmtree(one / "policy_sft")
+    single = train_recipe("sft", _params(tmp_path, one, tiny_train), one)  # tiny_train as updated above
+    sft_run = next(r for r in runs if r.data.tags.get("orchestra.recipe") == "sft")
+    two_epochs, one_epochs = (
+        sft_run.data.metrics["epoch"],
+        client.get_run(single.run_id).data.metrics["epoch"],
+    )
+    assert two_epochs == pytest.approx(2 * one_epochs, rel=0.05), (two_epochs, one_epochs)

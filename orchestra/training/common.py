@@ -87,7 +87,9 @@ def wall_budget(t0: float, max_wall_s: float | None) -> Any:
 
     class WallBudget(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
-            if max_wall_s is not None and time.perf_counter() - t0 >= max_wall_s:
+            from orchestra.training.dist import agree
+
+            if max_wall_s is not None and agree(time.perf_counter() - t0 >= max_wall_s):
                 control.should_training_stop = True
                 control.should_save = False
             return control
@@ -113,12 +115,16 @@ class RunDirs:
 
     def prepare(self, fingerprint: Mapping[str, Any]) -> bool:
         """Make ``checkpoints/`` for ``fingerprint``; True when it holds a checkpoint to resume."""
+        from orchestra.training.dist import barrier, is_main
+
         stamp = self.checkpoints / "fingerprint.json"
         text = dump_json(dict(fingerprint))
-        if stamp.is_file() and stamp.read_text(encoding="utf-8") != text:
-            shutil.rmtree(self.checkpoints)
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(stamp, text)
+        if is_main():  # the others wait: one process clears and stamps the folder
+            if stamp.is_file() and stamp.read_text(encoding="utf-8") != text:
+                shutil.rmtree(self.checkpoints)
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(stamp, text)
+        barrier()
         return any(p.name.startswith("checkpoint-") for p in self.checkpoints.iterdir())
 
     def run_id(self) -> str | None:
@@ -126,8 +132,10 @@ class RunDirs:
         f = self.checkpoints / "mlflow_run_id"
         return f.read_text(encoding="utf-8").strip() or None if f.is_file() else None
 
-    def remember_run(self, run_id: str) -> None:
-        atomic_write_text(self.checkpoints / "mlflow_run_id", run_id)
+    def remember_run(self, run_id: str | None) -> None:
+        """Keep the MLflow run of this attempt (the main process's; None on the others)."""
+        if run_id is not None:
+            atomic_write_text(self.checkpoints / "mlflow_run_id", run_id)
 
     def finish(self) -> None:
         shutil.rmtree(self.checkpoints, ignore_errors=True)
@@ -306,7 +314,7 @@ class RecipeRun:
     recipe: str
     dirs: RunDirs
     resume: bool
-    run_id: str
+    run_id: str | None  # None on a process other than the main one
     t0: float
 
 
@@ -324,16 +332,21 @@ def train_and_publish(
     resuming), score on the val split (plus the last logged training loss, which a resumed run
     restores), publish, register the model as a version of ``tracking.registered_model`` with the
     alias of the recipe, drop the checkpoints."""
+    from orchestra.training.dist import barrier, is_main
     from orchestra.training.tracking import register_policy
 
     trainer.train(resume_from_checkpoint=True if run.resume else None)
-    tok = trainer.processing_class
-    metrics, rows = validation_metrics(model, tok, val, view, params, train_targets)
-    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    metrics["train_loss_last"] = float(losses[-1]) if losses else float("nan")
-    publish(model, tok, view, run.dirs, rows, metrics)
-    version = register_policy(params.tracking.registered_model, run.recipe, run.run_id, run.dirs.model)
-    run.dirs.finish()
+    metrics: dict[str, float] = {}
+    version = None
+    if is_main():  # validation, the model, MLflow: once; the other processes wait
+        tok = trainer.processing_class
+        metrics, rows = validation_metrics(model, tok, val, view, params, train_targets)
+        losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+        metrics["train_loss_last"] = float(losses[-1]) if losses else float("nan")
+        publish(model, tok, view, run.dirs, rows, metrics)
+        version = register_policy(params.tracking.registered_model, run.recipe, run.run_id, run.dirs.model)
+        run.dirs.finish()
+    barrier()
     steps, wall = trainer.state.global_step, time.perf_counter() - run.t0
     return TrainResult(
         run.recipe, run.dirs.model, steps, n_samples, metrics, run.run_id, run.resume, wall, version

@@ -166,7 +166,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
 
     from orchestra.data.trajectories import load_verified
     from orchestra.training.reward_model import make_rubric
-    from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
+    from orchestra.training.tracking import log_metrics, log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
     gp, path = params.train.dagrpo, samples_path(root)
@@ -204,10 +204,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
         log_samples_input(path, digest, samples, "training")
-        if stats:
-            import mlflow
-
-            mlflow.log_metrics({**stats, "distinct_train_states": float(len(train))})
+        log_metrics({**stats, "distinct_train_states": float(len(train))})
         w = gp.rubric
         trainer = GRPOTrainer(
             model=model,

@@ -111,11 +111,8 @@ def credit_answer(score: RubricFn) -> RubricFn:
     def scored(
         text: str, state: OrchestraState, expert: Action, fmt: Format = "lines", answer: str | None = None
     ) -> RubricScores:
-        out = (
-            score(text, state, expert, fmt, answer=answer)
-            if answer is not None
-            else score(text, state, expert, fmt)
-        )
+        seen = isinstance(score, LLMRubric) and answer is not None  # the reward model sees it too
+        out = score(text, state, expert, fmt, answer=answer) if seen else score(text, state, expert, fmt)
         if answer is None or out.validity < 1:
             return out
         action = parse_decision(text, fmt=fmt)

@@ -24,6 +24,10 @@ def train_recipe(recipe: str, params: Params, root: Path) -> TrainResult:
         from orchestra.training.outcome import train_grpo as fn
     else:
         raise StageError(f"unknown recipe {recipe!r}; valid: {', '.join(RECIPES)}")
+    from orchestra.training.dist import is_main, world_size
+
     result = fn(params, Path(root))
-    atomic_write_text(result.model_dir.parent / "summary.json", json.dumps(result.summary(), indent=2) + "\n")
+    if is_main():  # one summary however many processes trained
+        summary = {**result.summary(), "processes": world_size()}
+        atomic_write_text(result.model_dir.parent / "summary.json", json.dumps(summary, indent=2) + "\n")
     return result

@@ -99,7 +99,7 @@ def _snapshots(steps: Sequence[int], model: Any, tokenizer: Any, view: PolicyVie
 
     class Snapshots(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
-            if state.global_step in steps:
+            if state.global_step in steps and state.is_world_process_zero:
                 with atomic_dir(out / f"step-{state.global_step}") as tmp:
                     save_policy(model, tokenizer, view, tmp)
             return control
@@ -124,7 +124,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
+    from orchestra.training.tracking import log_metrics, log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
     path = samples_path(root)
@@ -164,10 +164,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     with recipe_run(params, root, "sft", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
         log_samples_input(path, digest, samples, "training")
-        if stats:
-            import mlflow
-
-            mlflow.log_metrics(stats)
+        log_metrics(stats)
         args = base_args(
             dirs.checkpoints, params.train.seed, sp.learning_rate, sp.batch_size, sp.max_steps, sp.save_steps
         )

@@ -62,7 +62,19 @@ def policy_states(
 ) -> tuple[list[DecisionSample], dict[str, float]]:
     """The states the policy at ``start`` reaches on ``count`` train tasks (drawn by ``train.seed``),
     each with the expert's decision (kind ``policy``), written to ``out``; and what the collection
-    measured (tasks, states, states where the policy's own decision differed, seconds)."""
+    measured (tasks, states, states where the policy's own decision differed, seconds). With several
+    training processes the main one collects and the others read what it wrote."""
+    from orchestra.io import read_jsonl
+    from orchestra.training.dist import barrier, is_main
+
+    stats: dict[str, float] = {}
+    if is_main():
+        stats = _collect(params, root, start, count, out)
+    barrier()
+    return read_jsonl(out, DecisionSample), stats
+
+
+def _collect(params: Params, root: Path, start: Path, count: int, out: Path) -> dict[str, float]:
     from orchestra.data.decisions import relabel_trajectory
     from orchestra.data.trajectories import load_verified
 
@@ -85,7 +97,7 @@ def policy_states(
     if not samples:
         raise StageError.empty("policy states", f"states of {len(tasks)} rollouts", skipped)
     write_jsonl(out, samples)
-    stats = {
+    return {
         "states_tasks": float(len(tasks)),
         "states_solved": float(solved),
         "states_n": float(len(samples)),
@@ -93,7 +105,6 @@ def policy_states(
         "states_skipped": float(sum(skipped.values())),
         "states_s": time.perf_counter() - t0,
     }
-    return samples, stats
 
 
 def _differs(step: Any, relabelled: list[DecisionSample]) -> bool:

@@ -20,6 +20,7 @@ __all__ = [
     "TrackingError",
     "ensure_experiment",
     "git_commit",
+    "log_metrics",
     "log_samples_input",
     "recipe_run",
     "register_policy",
@@ -100,7 +101,7 @@ def _parent(client: Any, experiment_id: str, key: str, tags: Mapping[str, str]) 
 @contextmanager
 def recipe_run(
     params: Params, root: Path, recipe: str, tags: Mapping[str, str], resume_id: str | None = None
-) -> Iterator[str]:
+) -> Iterator[str | None]:
     """An active MLflow run for ``recipe`` (TRL's ``report_to="mlflow"`` logs into it), nested under
     the pipeline run: the run already active in this process (Dagster's, opened by dagster-mlflow's
     resource), else one per git commit and data digest (its status is that of the latest recipe to
@@ -108,11 +109,17 @@ def recipe_run(
     and the DVC hash of each
     stage output the recipe read (``dvc.<stage>``); the orchestra params logged with an ``orchestra.``
     prefix. ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
-    The run ends FAILED if the body raises."""
+    The run ends FAILED if the body raises. Only the main training process has a run (the others
+    get None: TRL reports from the main process only)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
     from orchestra.lineage import DEPS, LINEAGE_FILE, dir_md5
+    from orchestra.training.dist import is_main
+
+    if not is_main():
+        yield None
+        return
 
     uri = tracking_uri(params, root)
     commit = git_commit(root.parent)
@@ -164,6 +171,14 @@ def recipe_run(
     client.set_terminated(parent, "FINISHED")  # as of its latest recipe; a later one adds a child
 
 
+def log_metrics(values: Mapping[str, float]) -> None:
+    """``values`` into the active run (none on a training process other than the main one)."""
+    import mlflow
+
+    if values and mlflow.active_run() is not None:
+        mlflow.log_metrics(dict(values))
+
+
 def log_samples_input(path: Path, digest: str, samples: Sequence[DecisionSample], context: str) -> None:
     """Log the decision samples file ``path`` as a dataset input of the active run, in ``context``
     (``training``, or ``validation`` for a recipe that reads only their val split): named
@@ -173,6 +188,9 @@ def log_samples_input(path: Path, digest: str, samples: Sequence[DecisionSample]
     import mlflow
     import pandas as pd
     from mlflow.exceptions import MlflowException
+
+    if mlflow.active_run() is None:  # a training process other than the main one
+        return
 
     rows = [
         {
@@ -235,6 +253,7 @@ def step_callback() -> Any:
             self._t = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            mlflow.log_metric("step_wall_s", time.perf_counter() - self._t, step=state.global_step)
+            if state.is_world_process_zero:
+                mlflow.log_metric("step_wall_s", time.perf_counter() - self._t, step=state.global_step)
 
     return StepMetrics()
