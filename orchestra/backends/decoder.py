@@ -12,7 +12,7 @@ window) is reported by :meth:`LeanDecoder.covers`, and the caller keeps ``genera
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -128,6 +128,94 @@ class LeanDecoder:
             gate_up = F.linear(self._rms(x, norm2), wgu)
             x = x + F.linear(F.silu(gate_up[..., : self.inter]) * gate_up[..., self.inter :], wd)
         return F.linear(self._rms(x[:, -1:], self.norm), self.head)[:, -1]
+
+    def _step_rows(
+        self,
+        ids: torch.Tensor,
+        start: int,
+        positions: torch.Tensor,
+        allowed: torch.Tensor,
+        cache: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """:meth:`_step` for ``b`` rows at once: ``ids`` (b, t) at cache slots ``start``.., each row's
+        rotary ``positions`` (b, t) and the keys each query may see, ``allowed`` (b, 1, t, start + t)."""
+        b, t = ids.shape
+        end = start + t
+        q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
+        x = F.embedding(ids, self.embed)
+        for (norm1, wqkv, q_norm, k_norm, wo, norm2, wgu, wd), (keys, values) in zip(
+            self.layers, cache, strict=True
+        ):
+            qkv = F.linear(self._rms(x, norm1), wqkv)
+            q = self._rms(qkv[..., :q_dim].view(b, t, self.heads, self.head_dim), q_norm).transpose(1, 2)
+            k = self._rms(qkv[..., q_dim : q_dim + kv_dim].view(b, t, self.kv_heads, self.head_dim), k_norm)
+            v = qkv[..., q_dim + kv_dim :].view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+            k = k.transpose(1, 2)
+            q = q * cos + self._rotate(q) * sin
+            keys[:, :, start:end] = k * cos + self._rotate(k) * sin
+            values[:, :, start:end] = v
+            out = F.scaled_dot_product_attention(
+                q,
+                self._kv(keys[:, :, :end]),
+                self._kv(values[:, :, :end]),
+                attn_mask=allowed,
+                scale=self.scaling,
+            )
+            x = x + F.linear(out.transpose(1, 2).reshape(b, t, q_dim), wo)
+            gate_up = F.linear(self._rms(x, norm2), wgu)
+            x = x + F.linear(F.silu(gate_up[..., : self.inter]) * gate_up[..., self.inter :], wd)
+        return F.linear(self._rms(x[:, -1:], self.norm), self.head)[:, -1]
+
+    def greedy_batch(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: Iterable[int]
+    ) -> list[list[int]]:
+        """:meth:`greedy` of several prompts decoded together (left-padded; each row's positions start
+        at its first token, padding is never attended to); a finished row leaves the batch."""
+        if len(prompts) == 1:
+            return [self.greedy(prompts[0], max_new_tokens, eos)]
+        lens = [len(p) for p in prompts]
+        width = max(lens)
+        if not self.fits(width, max_new_tokens):
+            raise ValueError(f"{width} + {max_new_tokens} tokens exceed the context of {self.max_len}")
+        dev, stop = self.device, set(eos)
+        pad = torch.tensor([width - n for n in lens], device=dev)
+        ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=dev)
+        slots = torch.arange(width + max_new_tokens, device=dev)
+        valid = slots[None] >= pad[:, None]  # (b, cap): a key slot holding a real token
+        causal = slots[:width, None] >= slots[None, :width]
+        eye = torch.eye(width, dtype=torch.bool, device=dev)  # a padding query sees itself: no empty row
+        allowed = (valid[:, None, None, :width] & causal) | eye
+        shape = (len(prompts), self.kv_heads, width + max_new_tokens, self.head_dim)
+        new = dict(dtype=self.dtype, device=dev)
+        cache = [(torch.zeros(shape, **new), torch.zeros(shape, **new)) for _ in self.layers]  # type: ignore[arg-type]
+        out: list[list[int]] = [[] for _ in prompts]
+        rows = list(range(len(prompts)))
+        with torch.inference_mode():
+            logits = self._step_rows(
+                ids, 0, (slots[None, :width] - pad[:, None]).clamp(min=0), allowed, cache
+            )
+            for k in range(max_new_tokens):
+                tokens = logits.argmax(-1).tolist()
+                keep = []
+                for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
+                    out[row].append(token)
+                    if token not in stop and k + 1 < max_new_tokens:
+                        keep.append(i)
+                if not keep:
+                    break
+                if len(keep) < len(rows):  # finished rows leave: the batch stays dense
+                    at = torch.tensor(keep, device=dev)
+                    cache = [(kk.index_select(0, at), vv.index_select(0, at)) for kk, vv in cache]
+                    pad, valid = pad.index_select(0, at), valid.index_select(0, at)
+                    rows = [rows[i] for i in keep]
+                    tokens = [tokens[i] for i in keep]
+                slot = width + k
+                step = torch.tensor(tokens, dtype=torch.long, device=dev)[:, None]
+                logits = self._step_rows(
+                    step, slot, (slot - pad)[:, None], valid[:, None, None, : slot + 1], cache
+                )
+        return out
 
     def fits(self, prompt_tokens: int, max_new_tokens: int) -> bool:
         """Whether the prompt and the longest completion fit the rotary table (the model's context)."""

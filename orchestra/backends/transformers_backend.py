@@ -10,7 +10,62 @@ from typing import Any
 
 from orchestra.backends.chat import ChatResult, LMError
 
-__all__ = ["TransformersChat"]
+__all__ = ["GreedyBatches", "TransformersChat"]
+
+
+class GreedyBatches:
+    """Greedy requests from concurrent threads decoded as one batch by the lean decoder. A caller that
+    finds no batch running decodes one: every request waiting, its own first, at most ``max_batch``;
+    then it hands the lead to the first request still waiting (which decodes the next batch) and
+    returns. No thread of its own, so nothing to stop when a process exits."""
+
+    _LEAD = object()
+
+    def __init__(self, chat: TransformersChat, max_batch: int) -> None:
+        self.chat, self.max_batch = chat, max(1, max_batch)
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[list[int], threading.Event, list[Any]]] = []
+        self._leading = False
+        self.batches: list[int] = []  # the size of every batch decoded (for benches and tests)
+
+    def decode(self, prompt: list[int]) -> list[int]:
+        item: tuple[list[int], threading.Event, list[Any]] = (prompt, threading.Event(), [])
+        with self._lock:
+            self._waiting.append(item)
+            lead, self._leading = not self._leading, True
+        while True:
+            if lead:
+                self._batch()
+            item[1].wait()
+            if item[2][0] is not self._LEAD:
+                break
+            item[1].clear()
+            item[2].clear()
+            lead = True
+        if isinstance(item[2][0], BaseException):
+            raise item[2][0]
+        return list(item[2][0])
+
+    def _batch(self) -> None:
+        with self._lock:
+            batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
+        chat = self.chat
+        try:
+            prompts = [p for p, _, _ in batch]
+            outs: list[Any] = chat.lean.greedy_batch(prompts, chat.max_new_tokens, chat.eos)  # type: ignore[union-attr]
+        except Exception as e:  # noqa: BLE001 - each caller re-raises it in its own thread
+            outs = [e] * len(batch)
+        self.batches.append(len(batch))
+        for (_, done, box), out in zip(batch, outs, strict=True):
+            box.append(out)
+            done.set()
+        with self._lock:
+            if self._waiting:  # the next batch is led by the first request waiting
+                _, done, box = self._waiting[0]
+                box.append(self._LEAD)
+                done.set()
+            else:
+                self._leading = False
 
 
 class TransformersChat:
@@ -18,12 +73,15 @@ class TransformersChat:
 
     The prompt is the tokenizer's chat template when it has one, else ``role: content`` lines ending
     in ``assistant:``. Tool specs are described in the prompt, never parsed back: the reply is text
-    (a policy parses its decision from it). Generation is serialised by a lock (one model, many threads).
+    (a policy parses its decision from it). Greedy calls from several threads at once are decoded
+    together (:class:`GreedyBatches`, up to ``max_batch`` rows); sampled ones are serialised by a lock.
     ``count_tokens`` uses the model's tokenizer and ``context_tokens`` its ``max_position_embeddings``,
     so a policy on this model renders its state in the tokens the model reads.
     """
 
-    def __init__(self, model_dir: str | Path, max_new_tokens: int = 256, seed: int = 0) -> None:
+    def __init__(
+        self, model_dir: str | Path, max_new_tokens: int = 256, seed: int = 0, max_batch: int = 32
+    ) -> None:
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -51,6 +109,7 @@ class TransformersChat:
         self.lean = None if LeanDecoder.covers(self.model) else LeanDecoder(self.model)
         eos = self.model.generation_config.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self._batches = GreedyBatches(self, max_batch)
 
     @property
     def model_id(self) -> str:
@@ -88,13 +147,13 @@ class TransformersChat:
     ) -> ChatResult:
         t0 = time.perf_counter()
         prompt = self._prompt(messages, tools)
-        with self._lock:
-            enc = self.tokenizer(prompt, return_tensors="pt")
-            n = int(enc["input_ids"].shape[1])
-            if self.temperature == 0 and self.lean is not None and self.lean.fits(n, self.max_new_tokens):
-                tokens = self.lean.greedy(enc["input_ids"][0].tolist(), self.max_new_tokens, self.eos)
-                new = self._torch.tensor(tokens, dtype=self._torch.long)
-            else:
+        enc = self.tokenizer(prompt, return_tensors="pt")
+        n = int(enc["input_ids"].shape[1])
+        if self.temperature == 0 and self.lean is not None and self.lean.fits(n, self.max_new_tokens):
+            tokens = self._batches.decode(enc["input_ids"][0].tolist())
+            new = self._torch.tensor(tokens, dtype=self._torch.long)
+        else:
+            with self._lock:
                 new = self._generate(enc)[0, n:]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         return ChatResult(
