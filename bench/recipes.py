@@ -51,6 +51,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "grpo": ("grpo", {}),
 }
+#: tasks run at once when collecting states and scoring (concurrent policy calls decode as one batch)
+CONCURRENCY = 8
 #: step caps far beyond what a budget allows: the wall budget is what stops every arm
 MAX_STEPS = {"sft": 20000, "dagrpo": 2000, "grpo": 2000}
 
@@ -68,6 +70,7 @@ def arm_params(
         section.update({"snapshot_steps": [], "save_steps": 10**6})
     else:
         section["save_steps"] = 10**6 - 10**6 % (section["steps_per_generation"] * section["num_iterations"])
+    data["eval"]["concurrency"] = CONCURRENCY
     data["tracking"] = {
         **data["tracking"],
         "mlflow_uri": f"sqlite:///{tracking}",
@@ -100,7 +103,7 @@ def evaluate(params: Params, root: Path, model: Path, out: Path, tasks: int | No
         out=out,
         policy=f"checkpoint:{model}",
         limit=tasks,
-        concurrency=params.eval.concurrency,
+        concurrency=CONCURRENCY,
         max_turns=params.eval.max_turns,
         data_dir=root,
         seed=params.train.seed,
