@@ -1,7 +1,8 @@
 """Params: the pydantic model of params.yaml, and a loader that turns failures into one clear error.
 
-The sections live in ``common`` (base class, vocabularies), ``stages`` (pipeline stages) and
-``runtime`` (agent and tools); everything is re-exported here, so ``from orchestra.config import X``.
+The sections live in ``common`` (base class, vocabularies), ``stages`` (pipeline stages), ``training``
+(the ``train`` section) and ``runtime`` (agent and tools); everything is re-exported here, so
+``from orchestra.config import X``.
 """
 
 from __future__ import annotations
@@ -34,24 +35,27 @@ from orchestra.config.runtime import (
 )
 from orchestra.config.stages import (
     AnchorParams,
-    DAGRPOParams,
     DecisionParams,
     EvalParams,
-    GRPOParams,
     NoiseParams,
     PathsParams,
-    PolicyInit,
     ProviderSpec,
     RewriteParams,
-    RubricWeights,
     ScheduleParams,
     SeedParams,
-    SFTParams,
     TaskMix,
     TrackingParams,
-    TrainParams,
     VerifyParams,
     WorldParams,
+)
+from orchestra.config.training import (
+    DAGRPOParams,
+    GRPOParams,
+    OutcomeGRPOParams,
+    PolicyInit,
+    RubricWeights,
+    SFTParams,
+    TrainParams,
 )
 from orchestra.errors import ConfigError
 
@@ -70,6 +74,7 @@ __all__ = [
     "EvalParams",
     "Fraction",
     "GRPOParams",
+    "OutcomeGRPOParams",
     "LatencySpec",
     "NoiseParams",
     "Params",
