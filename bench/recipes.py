@@ -176,7 +176,10 @@ def main() -> int:
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
     start = run_start(args, base, src)
-    results = {a: [run_arm(args, base, src, a, s) for s in seeds] for a in arms}
+    results: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
+    for seed in seeds:  # seed-major: an interrupted bench has every arm on its first seeds
+        for arm in arms:
+            results[arm].append(run_arm(args, base, src, arm, seed))
     return report(results, start)
 
 
