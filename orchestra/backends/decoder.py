@@ -18,7 +18,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LeanDecoder"]
+__all__ = ["LeanDecoder", "stop_tokens"]
+
+
+def stop_tokens(model: Any) -> set[int]:
+    """The token ids that end a generation of ``model`` (its generation config's eos ids)."""
+    eos = model.generation_config.eos_token_id
+    return set(eos if isinstance(eos, list) else [] if eos is None else [eos])
 
 
 class LeanDecoder:

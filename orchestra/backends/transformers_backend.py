@@ -103,12 +103,11 @@ class TransformersChat:
         self.temperature = 0.0  # > 0: sample (seeded by ``seed`` on every call), else greedy
         self._torch = torch
         self._lock = threading.Lock()
-        from orchestra.backends.decoder import LeanDecoder
+        from orchestra.backends.decoder import LeanDecoder, stop_tokens
 
         # greedy calls on a model it covers: the same tokens as generate(), without its per-token machinery
         self.lean = None if LeanDecoder.covers(self.model) else LeanDecoder(self.model)
-        eos = self.model.generation_config.eos_token_id
-        self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self.eos = stop_tokens(self.model)
         self._batches = GreedyBatches(self, max_batch)
 
     @property

@@ -213,7 +213,7 @@ def generate(
     left padding."""
     import torch
 
-    from orchestra.backends.decoder import LeanDecoder
+    from orchestra.backends.decoder import LeanDecoder, stop_tokens
 
     model.eval()
     ids = [
@@ -223,8 +223,7 @@ def generate(
     if not LeanDecoder.covers(model) and all(
         len(i) + max_new_tokens <= model.config.max_position_embeddings for i in ids
     ):
-        lean, eos = LeanDecoder(model), model.generation_config.eos_token_id
-        stop = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        lean, stop = LeanDecoder(model), stop_tokens(model)
         outs = [
             o
             for k in range(0, len(ids), 32)
