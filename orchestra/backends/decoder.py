@@ -104,51 +104,23 @@ class LeanDecoder:
         return x[:, :, None].expand(b, h, n, t, d).reshape(b, h * n, t, d)
 
     def _step(
-        self, ids: torch.Tensor, start: int, cache: list[tuple[torch.Tensor, torch.Tensor]]
-    ) -> torch.Tensor:
-        """The next-token logits after ``ids`` (one sequence) at positions ``start``.., the cache filled."""
-        t = ids.shape[1]
-        end = start + t
-        q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        cos, sin = self.cos[start:end], self.sin[start:end]
-        x = F.embedding(ids, self.embed)
-        for (norm1, wqkv, q_norm, k_norm, wo, norm2, wgu, wd), (keys, values) in zip(
-            self.layers, cache, strict=True
-        ):
-            qkv = F.linear(self._rms(x, norm1), wqkv)
-            q = self._rms(qkv[..., :q_dim].view(1, t, self.heads, self.head_dim), q_norm).transpose(1, 2)
-            k = self._rms(qkv[..., q_dim : q_dim + kv_dim].view(1, t, self.kv_heads, self.head_dim), k_norm)
-            v = qkv[..., q_dim + kv_dim :].view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
-            k = k.transpose(1, 2)
-            q = q * cos + self._rotate(q) * sin
-            keys[:, :, start:end] = k * cos + self._rotate(k) * sin
-            values[:, :, start:end] = v
-            out = F.scaled_dot_product_attention(
-                q,
-                self._kv(keys[:, :, :end]),
-                self._kv(values[:, :, :end]),
-                scale=self.scaling,
-                is_causal=t > 1,
-            )
-            x = x + F.linear(out.transpose(1, 2).reshape(1, t, q_dim), wo)
-            gate_up = F.linear(self._rms(x, norm2), wgu)
-            x = x + F.linear(F.silu(gate_up[..., : self.inter]) * gate_up[..., self.inter :], wd)
-        return F.linear(self._rms(x[:, -1:], self.norm), self.head)[:, -1]
-
-    def _step_rows(
         self,
         ids: torch.Tensor,
         start: int,
-        positions: torch.Tensor,
-        allowed: torch.Tensor,
         cache: list[tuple[torch.Tensor, torch.Tensor]],
+        positions: torch.Tensor | None = None,
+        allowed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """:meth:`_step` for ``b`` rows at once: ``ids`` (b, t) at cache slots ``start``.., each row's
+        """The next-token logits after ``ids`` (b, t) at cache slots ``start``.., the cache filled. One
+        unpadded row: rotary positions are the slots and attention is causal. Several rows: each row's
         rotary ``positions`` (b, t) and the keys each query may see, ``allowed`` (b, 1, t, start + t)."""
         b, t = ids.shape
         end = start + t
         q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
+        if positions is None:
+            cos, sin = self.cos[start:end], self.sin[start:end]
+        else:
+            cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
         x = F.embedding(ids, self.embed)
         for (norm1, wqkv, q_norm, k_norm, wo, norm2, wgu, wd), (keys, values) in zip(
             self.layers, cache, strict=True
@@ -167,6 +139,7 @@ class LeanDecoder:
                 self._kv(values[:, :, :end]),
                 attn_mask=allowed,
                 scale=self.scaling,
+                is_causal=allowed is None and t > 1,
             )
             x = x + F.linear(out.transpose(1, 2).reshape(b, t, q_dim), wo)
             gate_up = F.linear(self._rms(x, norm2), wgu)
@@ -198,9 +171,7 @@ class LeanDecoder:
         out: list[list[int]] = [[] for _ in prompts]
         rows = list(range(len(prompts)))
         with torch.inference_mode():
-            logits = self._step_rows(
-                ids, 0, (slots[None, :width] - pad[:, None]).clamp(min=0), allowed, cache
-            )
+            logits = self._step(ids, 0, cache, (slots[None, :width] - pad[:, None]).clamp(min=0), allowed)
             for k in range(max_new_tokens):
                 tokens = logits.argmax(-1).tolist()
                 keep = []
@@ -218,8 +189,8 @@ class LeanDecoder:
                     tokens = [tokens[i] for i in keep]
                 slot = width + k
                 step = torch.tensor(tokens, dtype=torch.long, device=dev)[:, None]
-                logits = self._step_rows(
-                    step, slot, (slot - pad)[:, None], valid[:, None, None, : slot + 1], cache
+                logits = self._step(
+                    step, slot, cache, (slot - pad)[:, None], valid[:, None, None, : slot + 1]
                 )
         return out
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,10 +164,8 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from orchestra.agent.systems import Environment, builtin_backends
     from orchestra.data.trajectories import load_verified
-    from orchestra.tools.cache import open_perception_cache
-    from orchestra.tools.registry import default_registry
+    from orchestra.training.states import rollout_environment
     from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
@@ -199,23 +196,14 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
         "start": file_digest(start / "model.safetensors"),
     }
     resume = dirs.prepare(fingerprint)
-    seeds_dir = root / "seed_tasks"
     digest = file_digest(path)
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
-    cache = open_perception_cache(root, params.tools)
     with (
-        cache or nullcontext(),
-        default_registry(seeds_dir, params.tools, cache=cache) as tools,
+        rollout_environment(params, root) as env,
         recipe_run(params, root, "grpo", tags, resume_id=dirs.run_id()) as run_id,
     ):
         dirs.remember_run(run_id)
         log_samples_input(path, digest, samples, "validation")  # it trains on verified tasks' rollouts
-        env = Environment(
-            tools=tools,
-            backends=builtin_backends(params.agent),
-            agent=params.agent,
-            media_root=seeds_dir / "media",
-        )
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[answer_reward, format_reward],

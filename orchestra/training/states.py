@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,27 +24,37 @@ from orchestra.io import write_jsonl
 from orchestra.schemas import DecisionSample, Trajectory, VerifiedSample
 from orchestra.training.common import prompt_order
 
-__all__ = ["policy_states"]
+__all__ = ["policy_states", "rollout_environment"]
 
 
-def _rollouts(params: Params, root: Path, start: Path, tasks: list[VerifiedSample]) -> list[Trajectory]:
-    """Greedy runs of the policy at ``start`` on ``tasks`` (``orchestra`` system, builtin pool)."""
-    from orchestra.agent.lm_policy import lm_policy
-    from orchestra.agent.systems import Environment, builtin_backends, run_task
+@contextmanager
+def rollout_environment(params: Params, root: Path, max_turns: int = 8) -> Iterator[Any]:
+    """The runtime a policy is rolled out on in training: the tool pool over ``root``'s seeds (the
+    perception cache as ``tools.cache`` says), the builtin experts."""
+    from orchestra.agent.systems import Environment, builtin_backends
     from orchestra.tools.cache import open_perception_cache
     from orchestra.tools.registry import default_registry
 
     seeds_dir = root / "seed_tasks"
-    policy = lm_policy(ProviderSpec(kind="transformers", model=str(start)), params.agent, name="start")
     cache = open_perception_cache(root, params.tools)
     with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
-        env = Environment(
+        yield Environment(
             tools=tools,
             backends=builtin_backends(params.agent),
             agent=params.agent,
             media_root=seeds_dir / "media",
-            max_turns=params.eval.max_turns,
+            max_turns=max_turns,
         )
+
+
+def _rollouts(params: Params, root: Path, start: Path, tasks: list[VerifiedSample]) -> list[Trajectory]:
+    """Greedy runs of the policy at ``start`` on ``tasks`` (``orchestra`` system, builtin pool), run
+    ``eval.concurrency`` at a time (their decisions decode as one batch)."""
+    from orchestra.agent.lm_policy import lm_policy
+    from orchestra.agent.systems import run_task
+
+    policy = lm_policy(ProviderSpec(kind="transformers", model=str(start)), params.agent, name="start")
+    with rollout_environment(params, root, params.eval.max_turns) as env:
 
         async def main() -> list[Trajectory]:
             gate = asyncio.Semaphore(max(1, params.eval.concurrency))
