@@ -119,6 +119,11 @@ def _collect(params: Params, root: Path, start: Path, count: int, out: Path) -> 
 
 
 def _differs(step: Any, relabelled: list[DecisionSample]) -> bool:
-    """Whether the policy's decision at ``step`` is not the expert's relabel of the same state."""
+    """Whether the policy's decision at ``step`` is not the expert's relabel of the same state (after
+    id renumbering and in any order: :func:`~orchestra.training.examples.canonical`)."""
+    from orchestra.training.examples import canonical
+
     label = next((d for d in relabelled if d.step_index == step.index), None)
-    return label is not None and (step.decision is None or step.decision != label.decision)
+    if label is None:
+        return False
+    return step.decision is None or canonical(step.decision) != canonical(label.decision)
