@@ -351,6 +351,13 @@ def _handler(responder: Responder, speech_names: Sequence[str]) -> type[BaseHTTP
     return Handler
 
 
+class _Listener(ThreadingHTTPServer):
+    """A thread per connection, and room for many clients connecting at once: the standard library's
+    backlog of 5 resets the rest (32 concurrent clients met 'connection reset by peer')."""
+
+    request_queue_size = 128
+
+
 class Server:
     """A running loopback server; ``url`` is the OpenAI base URL (``http://127.0.0.1:PORT/v1``)."""
 
@@ -358,7 +365,7 @@ class Server:
         self, responder: Responder, host: str = "127.0.0.1", port: int = 0, speech_names: Sequence[str] = ()
     ) -> None:
         try:
-            self.httpd = ThreadingHTTPServer((host, port), _handler(responder, tuple(speech_names)))
+            self.httpd = _Listener((host, port), _handler(responder, tuple(speech_names)))
         except OSError as e:
             raise ServeError(f"cannot listen on {host}:{port}: {e}") from e
         self.httpd.daemon_threads = True
