@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.agent.state import OrchestraState
-from orchestra.config import GRPOParams, Params
+from orchestra.config import AgentParams, GRPOParams, Params
 from orchestra.schemas import DecisionSample
 from orchestra.training.common import (
     RUBRIC_PARTS,
@@ -96,7 +96,9 @@ def rubric_rewards(
     return [part(name) for name in RUBRIC_PARTS]
 
 
-def distinct_prompts(samples: Sequence[DecisionSample], view: PolicyView, agent: Any) -> list[DecisionSample]:
+def distinct_prompts(
+    samples: Sequence[DecisionSample], view: PolicyView, agent: AgentParams
+) -> list[DecisionSample]:
     """``samples`` less those whose prompt, as ``view`` renders it, is an earlier one's (a re-rendering
     the view does not show, e.g. another backend order): a repeated prompt is a repeated group."""
     seen: set[str] = set()
