@@ -348,7 +348,8 @@ def test_placement_on_a_gpu_follows_the_model(sft_root: Path) -> None:
 def test_two_processes_train_sft_and_dagrpo_to_one_run_and_one_model(
     sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any]
 ) -> None:
-    """``torchrun --nproc_per_node 2`` (gloo on CPU): each recipe ends in one MLflow run, one published
+    """``accelerate launch --multi_gpu --num_processes 2`` (gloo on CPU; ``--cpu`` would start one
+    process, since accelerate's multi-CPU launch is mpirun): each recipe ends in one MLflow run, one published
     model and one registered version; each process trained on its own share of every batch."""
     import mlflow
 
@@ -359,9 +360,16 @@ def test_two_processes_train_sft_and_dagrpo_to_one_run_and_one_model(
     )
     f = tmp_path / "params.yaml"
     f.write_text(yaml.safe_dump(params.model_dump(mode="json")))
-    torchrun = Path(sys.executable).parent / "torchrun"
+    launch = [
+        str(Path(sys.executable).parent / "accelerate"),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+    ]
+    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     for recipe in ("sft", "dagrpo"):
-        cmd = [str(torchrun), "--nproc_per_node", "2", "-m", "orchestra.cli", "train", "--recipe", recipe]
+        cmd = [*launch, "-m", "orchestra.cli", "train", "--recipe", recipe]
         proc = subprocess.run(
             [*cmd, "--params", str(f)], cwd=ROOT, text=True, capture_output=True, timeout=600, check=False
         )
