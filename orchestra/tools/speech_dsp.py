@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from orchestra.tools.audio_dsp import _frames
 from orchestra.tools.media import MediaError
@@ -120,36 +120,38 @@ def chunks(levels: np.ndarray, min_gap: int = 3, min_len: int = 4) -> tuple[list
     ], floor
 
 
+@numba.njit(cache=True, nogil=True)
+def _dtw(query: np.ndarray, templates: np.ndarray, lengths: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """acc[n, length] / (n + length) of each template, row by row (compiled): acc[i, j] = min(acc[i-1, j]
+    + c, acc[i, j-1] + c, acc[i-1, j-1] + 2c) with c the Euclidean distance of query frame i and
+    template frame j, computed where it is used (no (k, n, m) table)."""
+    k, d = templates.shape[0], templates.shape[2]
+    n = query.shape[0]
+    out = np.empty(k)
+    for t in range(k):
+        m = lengths[t]
+        prev = np.full(m + 1, np.inf)
+        cur = np.empty(m + 1)
+        prev[0] = 0.0
+        for i in range(n):
+            cur[0] = np.inf
+            for j in range(1, m + 1):
+                c = 0.0
+                for e in range(d):
+                    diff = query[i, e] - templates[t, j - 1, e]
+                    c += diff * diff
+                c = np.sqrt(c)
+                cur[j] = min(min(prev[j], cur[j - 1]) + c, prev[j - 1] + 2.0 * c)
+            prev, cur = cur, prev
+        out[t] = prev[m] / (n + m)
+    return out
+
+
 def dtw_batch(query: np.ndarray, templates: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Length-normalised DTW distances of ``query`` (n, d) to each of ``templates`` (k, m_max, d),
     whose true lengths are ``lengths`` (k,): symmetric steps (1,0) and (0,1) at weight 1, (1,1) at
-    weight 2, Euclidean frame distances, the path cost divided by n + m. The recursion runs over
-    anti-diagonals, all templates at once: the two previous diagonals are kept as rows indexed by
-    query frame, so each step reads contiguous slices of them and a strided view of the costs."""
-    n, k, m = len(query), len(templates), templates.shape[1]
-    dot = (templates.reshape(-1, templates.shape[2]) @ query.T).reshape(k, m, n).transpose(0, 2, 1)
-    sq = (query**2).sum(1)[None, :, None] + (templates**2).sum(2)[:, None, :]
-    cost = np.ascontiguousarray(np.sqrt(np.maximum(sq - 2 * dot, 0.0)))  # (k, n, m)
-    # acc[i, j] (1-based: query frame i, template frame j) on diagonal s = i + j, stored at slot i
-    before = np.full((k, n + 1), np.inf)  # diagonal s - 2
-    last = np.full((k, n + 1), np.inf)  # diagonal s - 1
-    before[:, 0] = 0.0  # acc[0, 0]
-    ends = n + np.asarray(lengths)
-    out = np.empty(k)
-    for s in range(2, n + m + 1):
-        lo, hi = max(1, s - m), min(n, s - 1)
-        # cost[:, i - 1, s - i - 1] for i = lo..hi: one row down and one column left per step
-        c = as_strided(
-            cost[:, lo - 1, s - lo - 1 :],
-            shape=(k, hi - lo + 1),
-            strides=(cost.strides[0], (m - 1) * cost.itemsize),
-        )
-        cur = np.full((k, n + 1), np.inf)
-        cur[:, lo : hi + 1] = np.minimum(
-            np.minimum(last[:, lo - 1 : hi], last[:, lo : hi + 1]) + c, before[:, lo - 1 : hi] + 2 * c
-        )
-        done = ends == s
-        if done.any():
-            out[done] = cur[done, n]
-        before, last = last, cur
-    return out / ends
+    weight 2, Euclidean frame distances, the path cost divided by n + m (compiled with numba; each
+    template's table only as long as the template)."""
+    q = np.ascontiguousarray(query, dtype=np.float64)
+    t = np.ascontiguousarray(templates, dtype=np.float64)
+    return _dtw(q, t, np.asarray(lengths, dtype=np.int64))
