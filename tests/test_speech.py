@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,24 @@ def test_speech_tool_reads_clean_numbers_and_years(tmp_path: Path) -> None:
 
 
 @needs_espeak
+def test_a_cold_call_says_what_it_loaded_and_a_warm_one_nothing(tmp_path: Path) -> None:
+    from orchestra.tools import speech
+
+    x, _ = audio.render_speech(np.random.default_rng([11, 0]), 412, 0.0)
+    audio.save_wav(x, tmp_path / "412.wav")
+    speech.templates.cache_clear()  # this process's copy: the next call loads them again
+    tool = speech.AudioSpeech()
+    cold, warm = tool(path=str(tmp_path / "412.wav")), tool(path=str(tmp_path / "412.wav"))
+    n = len(speech.templates().words)
+    assert cold.ok and re.fullmatch(
+        rf"{n} word templates \(\d+ MB\) (read from the cache|rendered with "
+        r"espeak-ng) in \d+\.\d\d s",
+        cold.data["loaded"][0],
+    ), cold.data
+    assert warm.ok and "loaded" not in warm.data and warm.data["number"] == cold.data["number"]
+
+
+@needs_espeak
 def test_speech_tool_reads_clean_names_among_namesakes_and_still_numbers(tmp_path: Path) -> None:
     """Built with names (near-namesakes among them), the tool reads a clean held-out speaker saying a
     name as that name (no number), still reads numbers as numbers, and its cache version names the
@@ -200,7 +219,7 @@ def test_template_cache_keeps_the_most_recently_used_files(
     assert {f"old{i}.npz" for i in range(3, len(old))} == set(kept) - {"x.123.tmp.npz", *new}
     os.utime(folder / new[0], (1, 1))
     again = speech._cached(("prune test",), render)  # read from the file, which is now the newest
-    assert np.array_equal(again.feats, t.feats) and (folder / new[0]).stat().st_mtime > 1000
+    assert np.array_equal(again.frames, t.frames) and (folder / new[0]).stat().st_mtime > 1000
 
 
 @needs_espeak
@@ -229,7 +248,7 @@ def test_template_cache_renders_once_for_callers_that_miss_it_together(
     for t in threads:
         t.join()
     assert len(calls) == 1 and len(got) == 3
-    assert all(np.array_equal(g.feats, got[0].feats) and g.words == ("two",) for g in got)
+    assert all(np.array_equal(g.frames, got[0].frames) and g.words == ("two",) for g in got)
 
 
 @needs_espeak

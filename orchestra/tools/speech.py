@@ -7,6 +7,8 @@ import fcntl
 import functools
 import hashlib
 import os
+import threading
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,18 +80,58 @@ def _cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class Templates:
-    """Word templates: clean mel energies ``feats`` (k, m_max, N_MELS) zero-padded, ``lengths`` (k,),
-    ``words`` (k,), voice by voice, in vocabulary order within a voice."""
+    """Word templates: the clean mel energies of every template end to end in ``frames`` (total,
+    N_MELS) float32, template i in rows ``offsets[i]:offsets[i + 1]``; ``lengths`` (k,), ``words``
+    (k,), voice by voice, in vocabulary order within a voice."""
 
-    feats: np.ndarray
-    lengths: np.ndarray
+    frames: np.ndarray
+    offsets: np.ndarray
     words: tuple[str, ...]
 
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
 
-def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarray]]]) -> Templates:
+    def padded(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Templates ``which`` zero-padded to the longest of them (float64), and their lengths."""
+        lengths = self.lengths[which]
+        out = np.zeros((len(which), int(lengths.max()), self.frames.shape[1]))
+        for row, (i, n) in enumerate(zip(self.offsets[which], lengths, strict=True)):
+            out[row, :n] = self.frames[i : i + n]
+        return out, lengths
+
+
+#: what this thread's calls loaded since :func:`loads_taken` last ran (a cold call reports it)
+_LOADS = threading.local()
+
+
+def _note_load(text: str) -> None:
+    _LOADS.__dict__.setdefault("notes", []).append(text)
+
+
+def loads_taken() -> list[str]:
+    """What the calling thread loaded (templates read or rendered, with seconds) since the last call."""
+    notes = _LOADS.__dict__.pop("notes", [])
+    return notes
+
+
+def _cached(
+    what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarray]]], label: str = "word"
+) -> Templates:
     """Templates of ``render()`` (word, clean recording) pairs, kept under the cache dir in a file named
     by the SHA-256 of ``what`` (vocabulary, voices, speed), the espeak-ng version and the feature code.
-    Processes that miss the file at once render it once: the first under a lock, the rest read it."""
+    Processes that miss the file at once render it once: the first under a lock, the rest read it.
+    Notes what it did and how long it took (:func:`loads_taken`)."""
+    t0 = time.perf_counter()
+    t, how = _find_or_build(what, render)
+    took = time.perf_counter() - t0
+    _note_load(f"{len(t.words)} {label} templates ({t.frames.nbytes / 1e6:.0f} MB) {how} in {took:.2f} s")
+    return t
+
+
+def _find_or_build(
+    what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarray]]]
+) -> tuple[Templates, str]:
     import inspect
 
     import orchestra.espeak
@@ -104,7 +146,7 @@ def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarr
     path = _cache_dir() / f"{key}.npz"
     found = _load(path)
     if found is not None:
-        return found
+        return found, "read from the cache"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = (path.parent / ".build.lock").open("w")
@@ -113,14 +155,16 @@ def _cached(what: tuple[Any, ...], render: Callable[[], list[tuple[str, np.ndarr
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process renders (the worker pool starts them together)
         found = _load(path)  # the others read what it wrote
-        return found if found is not None else _build(path, render)
+        if found is not None:
+            return found, "read from the cache"
+        return _build(path, render), "rendered with espeak-ng"
 
 
 def _load(path: Path) -> Templates | None:
     """The templates stored at ``path``, marked used now; None if absent, torn or foreign."""
     try:
         with np.load(path) as z:
-            t = Templates(z["feats"], z["lengths"], tuple(str(w) for w in z["words"]))
+            t = Templates(z["frames"], z["offsets"], tuple(str(w) for w in z["words"]))
         os.utime(path)  # last used now: :func:`_prune` removes the least recently used
         return t
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
@@ -130,14 +174,13 @@ def _load(path: Path) -> Templates | None:
 def _build(path: Path, render: Callable[[], list[tuple[str, np.ndarray]]]) -> Templates:
     """Render, take the features, store them atomically at ``path`` and prune the folder."""
     words, feats = zip(*((w, _word_features(x)) for w, x in render()), strict=True)
-    lengths = np.array([len(f) for f in feats])
-    padded = np.zeros((len(feats), int(lengths.max()), feats[0].shape[1]))
-    for i, f in enumerate(feats):
-        padded[i, : len(f)] = f
-    t = Templates(padded, lengths, tuple(words))
+    offsets = np.concatenate([[0], np.cumsum([len(f) for f in feats])])
+    t = Templates(np.concatenate(feats).astype(np.float32), offsets, tuple(words))
     try:
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez_compressed(tmp, feats=t.feats, lengths=t.lengths, words=np.array(t.words))
+        np.savez(
+            tmp, frames=t.frames, offsets=t.offsets, words=np.array(t.words)
+        )  # uncompressed: fast to read
         os.replace(tmp, path)
     except OSError as e:
         raise ToolError(f"cannot cache the speech templates under {path.parent}: {e}") from e
@@ -147,7 +190,7 @@ def _build(path: Path, render: Callable[[], list[tuple[str, np.ndarray]]]) -> Te
 
 def _prune(folder: Path, keep: int = KEEP_CACHED) -> None:
     """Remove all but the ``keep`` most recently used template files of ``folder`` (a world's names
-    are about 115 MB, and every new world has new names); files being written are left alone."""
+    are about 60 MB, and every new world has new names); files being written are left alone."""
     files = [f for f in folder.glob("*.npz") if ".tmp." not in f.name]
     used = []
     for f in files:
@@ -180,7 +223,7 @@ def name_templates(names: tuple[str, ...]) -> Templates:
             out += [(n, resample(x, rate, RATE)) for n, (x, rate) in zip(names, said, strict=True)]
         return out
 
-    return _cached(("names", names, TEMPLATE_VOICES[:NAME_VOICES], TEMPLATE_SPEED), render)
+    return _cached(("names", names, TEMPLATE_VOICES[:NAME_VOICES], TEMPLATE_SPEED), render, "name")
 
 
 def _distances(
@@ -189,8 +232,7 @@ def _distances(
     """DTW distances of a span's cepstra to templates ``which``, each first put in the span's noise."""
     out = []
     for part in np.array_split(which, -(-len(which) // BATCH)):
-        lengths = t.lengths[part]
-        feats = t.feats[part][:, : int(lengths.max())]
+        feats, lengths = t.padded(part)
         out.append(dtw_batch(query, cepstra(combine(feats, lengths, span, noise), lengths), lengths))
     return np.concatenate(out)
 
@@ -350,6 +392,7 @@ class AudioSpeech(Tool):
         return {"names": list(self.names)} if self.names else {}
 
     def run(self, path: str) -> Observation:
+        loads_taken()  # what an earlier call of this thread left
         result = recognise(load_wav(path), names=self.names)
         conf = sigmoid_conf(result["margin"], *self.CALIBRATION)
         said = " ".join(result["words"])
@@ -361,4 +404,7 @@ class AudioSpeech(Tool):
         )
         number = None if isinstance(value, str) else value
         data = {**result, "text": said, "number": number, "confidence": conf}
+        loaded = loads_taken()
+        if loaded:  # a cold call: what it loaded first, and how long that took
+            data["loaded"] = loaded
         return Observation(tool=self.name, text=text, data=data)
