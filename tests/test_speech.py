@@ -268,8 +268,10 @@ def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
         espeak.espeak_each(["one", " ", "two"], "en-us", 150, error=ToolError)
 
 
-def test_dtw_batch_is_the_textbook_recursion_for_every_template_length() -> None:
-    from orchestra.tools.speech_dsp import dtw_batch
+def test_match_is_the_textbook_recursion_on_templates_heard_in_the_noise() -> None:
+    """:func:`match` against the definitions written out: each template scaled to the span's speech
+    energy plus the noise, normalised cepstra, the textbook DTW, for templates of many lengths."""
+    from orchestra.tools.speech_dsp import _DCT, cepstra, match
 
     def textbook(q: np.ndarray, t: np.ndarray) -> float:
         acc = np.full((len(q) + 1, len(t) + 1), np.inf)
@@ -281,14 +283,22 @@ def test_dtw_batch_is_the_textbook_recursion_for_every_template_length() -> None
         return float(acc[-1, -1]) / (len(q) + len(t))
 
     rng = np.random.default_rng(0)
-    for n, m in ((1, 1), (1, 7), (9, 1), (12, 30), (31, 8)):
-        lengths = rng.integers(1, m + 1, size=5)
-        lengths[0] = m  # the longest template fills the padding
-        padded = rng.normal(size=(5, m, 4))
-        q = rng.normal(size=(n, 4))
-        got = dtw_batch(q, padded, lengths)
-        want = [textbook(q, padded[i, : lengths[i]]) for i in range(5)]
-        assert np.allclose(got, want, rtol=1e-12, atol=1e-12), (n, m, got, want)
+    noise = rng.uniform(0.01, 0.1, size=20)
+    for n, lengths in ((1, [1, 3]), (9, [1, 7, 2]), (12, [30, 5, 12]), (31, [8, 40, 1, 19])):
+        span = rng.uniform(0.0, 5.0, size=(n, 20))
+        frames = rng.uniform(0.0, 3.0, size=(sum(lengths), 20)).astype(np.float32)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        query = cepstra(span)
+        speech = max(span.sum(1).mean() - noise.sum(), 1e-3 * noise.sum() + 1e-12)
+        want = []
+        for i in range(len(lengths)):
+            t = frames[offsets[i] : offsets[i + 1]].astype(np.float64)
+            heard = t * (speech / t.sum(1).mean()) + noise
+            c = np.log(heard + 1e-10) @ _DCT.T
+            want.append(textbook(query, (c - c.mean(0)) / (c.std(0) + 1e-6)))
+        which = np.arange(len(lengths))[::-1]  # any order, any subset
+        got = match(query, span, noise, frames, offsets, which)
+        assert np.allclose(got, np.array(want)[which], rtol=1e-9, atol=1e-9), (n, got, want)
 
 
 def test_speech_tool_fails_clearly_on_bad_audio(tmp_path: Path) -> None:

@@ -28,9 +28,8 @@ from orchestra.tools.speech_dsp import (
     RATE,
     cepstra,
     chunks,
-    combine,
-    dtw_batch,
     frame_levels,
+    match,
     mel_power,
     power_spectrum,
 )
@@ -55,7 +54,6 @@ SKIP_COST = 4.0  # per frame of a chunk left out as noise (words match at 1.5-2.
 NAME_VOICES = 28  # the names' templates: every template voice
 KEEP_CACHED = 6  # template files kept in the cache dir: the number words and the names of five worlds
 NAME_FIRST_PASS = 4  # of them, the voices that pick the candidate names (one per accent)
-BATCH = 256  # templates per DTW batch (the DTW table of each is held at once)
 
 
 def _espeak(word: str, voice: str) -> np.ndarray:
@@ -91,14 +89,6 @@ class Templates:
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
-
-    def padded(self, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Templates ``which`` zero-padded to the longest of them (float64), and their lengths."""
-        lengths = self.lengths[which]
-        out = np.zeros((len(which), int(lengths.max()), self.frames.shape[1]))
-        for row, (i, n) in enumerate(zip(self.offsets[which], lengths, strict=True)):
-            out[row, :n] = self.frames[i : i + n]
-        return out, lengths
 
 
 #: what this thread's calls loaded since :func:`loads_taken` last ran (a cold call reports it)
@@ -226,17 +216,6 @@ def name_templates(names: tuple[str, ...]) -> Templates:
     return _cached(("names", names, TEMPLATE_VOICES[:NAME_VOICES], TEMPLATE_SPEED), render, "name")
 
 
-def _distances(
-    query: np.ndarray, span: np.ndarray, noise: np.ndarray, t: Templates, which: np.ndarray
-) -> np.ndarray:
-    """DTW distances of a span's cepstra to templates ``which``, each first put in the span's noise."""
-    out = []
-    for part in np.array_split(which, -(-len(which) // BATCH)):
-        feats, lengths = t.padded(part)
-        out.append(dtw_batch(query, cepstra(combine(feats, lengths, span, noise), lengths), lengths))
-    return np.concatenate(out)
-
-
 def _name_scores(
     mel: np.ndarray, found: list[Any], noise: np.ndarray, names: tuple[str, ...]
 ) -> np.ndarray | None:
@@ -248,11 +227,11 @@ def _name_scores(
     if e - s > 2 * int(t.lengths.max()):
         return None
     query, k = cepstra(mel[s:e]), len(names)
-    best = _distances(query, mel[s:e], noise, t, np.arange(k * NAME_FIRST_PASS))
+    best = match(query, mel[s:e], noise, t.frames, t.offsets, np.arange(k * NAME_FIRST_PASS))
     best = best.reshape(NAME_FIRST_PASS, k).min(axis=0)
     keep = np.argsort(best)[:CANDIDATES]
     more = np.array([v * k + w for v in range(NAME_FIRST_PASS, NAME_VOICES) for w in keep])
-    d2 = _distances(query, mel[s:e], noise, t, more).reshape(-1, len(keep)).min(axis=0)
+    d2 = match(query, mel[s:e], noise, t.frames, t.offsets, more).reshape(-1, len(keep)).min(axis=0)
     best[keep] = np.minimum(best[keep], d2)
     return best
 
@@ -299,13 +278,13 @@ def recognise(audio: Audio, beam: int = 40, names: tuple[str, ...] = ()) -> dict
         if (a, b) not in scores:
             s, e = max(0, found[a].start - 2), min(len(mel), found[b - 1].end + 2)
             query = cepstra(mel[s:e])
-            d1 = _distances(query, mel[s:e], noise, t, np.arange(first))
+            d1 = match(query, mel[s:e], noise, t.frames, t.offsets, np.arange(first))
             best = d1.reshape(FIRST_PASS, len(vocab)).min(axis=0)
             keep = np.argsort(best)[:CANDIDATES]
             more = np.array(
                 [v * len(vocab) + w for v in range(FIRST_PASS, len(TEMPLATE_VOICES)) for w in keep]
             )
-            d2 = _distances(query, mel[s:e], noise, t, more).reshape(-1, len(keep)).min(axis=0)
+            d2 = match(query, mel[s:e], noise, t.frames, t.offsets, more).reshape(-1, len(keep)).min(axis=0)
             best[keep] = np.minimum(best[keep], d2)
             scores[(a, b)] = best
         return scores[(a, b)]
