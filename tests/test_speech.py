@@ -271,7 +271,8 @@ def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
 def test_match_is_the_textbook_recursion_on_templates_heard_in_the_noise() -> None:
     """:func:`match` against the definitions written out: each template scaled to the span's speech
     energy plus the noise, normalised cepstra, the textbook DTW, for templates of many lengths."""
-    from orchestra.tools.speech_dsp import _DCT, cepstra, match
+    from orchestra.tools.speech_dsp import _DCT, cepstra
+    from orchestra.tools.speech_match import match
 
     def textbook(q: np.ndarray, t: np.ndarray) -> float:
         acc = np.full((len(q) + 1, len(t) + 1), np.inf)

@@ -29,10 +29,10 @@ from orchestra.tools.speech_dsp import (
     cepstra,
     chunks,
     frame_levels,
-    match,
     mel_power,
     power_spectrum,
 )
+from orchestra.tools.speech_match import match
 from orchestra.tools.speech_words import START, VOCABULARY, accepts, advance, words_to_number
 
 #: template speakers (espeak-ng language + variant): the world's accents, each in variants the world
