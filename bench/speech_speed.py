@@ -1,6 +1,6 @@
 """Speech read speed: an older read (a git revision) and this checkout's, on the same world files, one run.
 
-Usage: python bench/speech_speed.py [--world DIR] [--old REV] [--new REV] [--files N] [--cold N]
+Usage: python bench/speech_speed.py [--world DIR] [--old REV] [--new REV] [--files N] [--cold N] [--cache DIR]
 
 Without --world a world with the default params (params.yaml) is generated into a temporary folder;
 the files are its spoken numbers and names (the first --files), read by ``audio_speech`` as the
@@ -130,6 +130,9 @@ def main() -> None:
     ap.add_argument("--world", type=Path, default=None)
     ap.add_argument("--old", default=OLD, help="git revision of the older read")
     ap.add_argument("--new", default=None, help="git revision of the newer read (default: this checkout)")
+    ap.add_argument(
+        "--cache", type=Path, default=None, help="template cache folder to keep (default: a new one)"
+    )
     ap.add_argument("--files", type=int, default=60)
     ap.add_argument("--cold", type=int, default=5)
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
@@ -147,8 +150,8 @@ def main() -> None:
             world = Path(tmp) / "world"
             generate_world(load_params(ROOT / "params.yaml").world, world)
         files, truth = speech_files(world, args.files)
-        cache = Path(tmp) / "cache"
-        cache.mkdir()
+        cache = args.cache or Path(tmp) / "cache"
+        cache.mkdir(parents=True, exist_ok=True)
         trees = Path(tmp) / "old", Path(tmp) / "new"
         old = measure(rev_tree(args.old, trees[0]), world, files, args.cold, cache)
         new_tree = ROOT if args.new is None else rev_tree(args.new, trees[1])
