@@ -148,7 +148,7 @@ def main() -> None:
             from orchestra.world import generate_world
 
             world = Path(tmp) / "world"
-            generate_world(load_params(ROOT / "params.yaml").world, world)
+            generate_world(load_params(ROOT / "params.yaml").seed.world, world)
         files, truth = speech_files(world, args.files)
         cache = args.cache or Path(tmp) / "cache"
         cache.mkdir(parents=True, exist_ok=True)
