@@ -10,7 +10,8 @@ export HF_HUB_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup system-deps pipeline test test-fast ui mlflow-ui screenshots repro lint clean
+.PHONY: setup system-deps cluster-deps pipeline test test-fast test-cluster ui mlflow-ui screenshots repro lint clean \
+	cluster-up cluster-down pipeline-cluster
 
 setup: system-deps $(VENV)/.installed $(DVC_VENV)/.installed $(DAGSTER_HOME)/dagster.yaml .dvc/config
 
@@ -31,10 +32,11 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-# DVC lives in its own environment: it pins antlr4-python3-runtime 4.9, Dagster needs 4.13.
+# DVC lives in its own environment: it pins antlr4-python3-runtime 4.9, Dagster needs 4.13. With the
+# S3 plugin, for a shared object-store remote (README, Sharing data).
 $(DVC_VENV)/.installed:
 	@test -x $(DVC_VENV)/bin/python || $(PYTHON) -m venv $(DVC_VENV)
-	$(DVC_VENV)/bin/pip install -q --disable-pip-version-check 'dvc==3.*'
+	$(DVC_VENV)/bin/pip install -q --disable-pip-version-check 'dvc[s3]==3.*'
 	@touch $@
 
 $(DAGSTER_HOME)/dagster.yaml:
@@ -46,12 +48,12 @@ $(DAGSTER_HOME)/dagster.yaml:
 	@test -f $@ || { $(DVC_VENV)/bin/dvc init -q && $(DVC_VENV)/bin/dvc config core.analytics false \
 	  && $(DVC_VENV)/bin/dvc remote add -d local .dvc-remote; }
 
-# Dagster materializes what is not up to date (lineage records), every benchmark shard in one run.
-# (It needs neither DVC nor its environment: `make repro` and `make test` set that up.)
-pipeline: system-deps $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
+# Dagster materializes what is not up to date (lineage records), every benchmark shard in one run;
+# then dvc.lock records what was built, so `dvc status` is clean and `make repro` has nothing to do.
+pipeline: setup
 	$(VENV)/bin/python -m dagster_project.pipeline
 
-test: setup
+test: setup cluster-deps
 	$(VENV)/bin/pytest -q
 
 test-fast: setup
@@ -78,6 +80,36 @@ screenshots: setup
 	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[dev,docs]'
 	$(VENV)/bin/python scripts/ui_screenshots.py --out docs
 
+# The cluster profile's servers (dagster_project/cluster.py): Redis and PostgreSQL from Debian, installed
+# when missing (as root), a clear message otherwise (tests/test_cluster.py then skips, saying why).
+cluster-deps:
+	@missing=""; command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "warning: missing$$missing for the cluster profile (sudo apt-get install$$missing)" >&2; \
+	  fi; \
+	fi
+
+# A cluster on this machine in .cluster/: Redis, PostgreSQL (the Dagster instance, MLflow's store), an
+# MLflow server and WORKERS dagster-celery workers; `make cluster-down` stops all of it.
+WORKERS ?= 2
+cluster-up: setup cluster-deps
+	$(VENV)/bin/python -m dagster_project.cluster up --workers $(WORKERS)
+
+cluster-down:
+	$(VENV)/bin/python -m dagster_project.cluster down
+
+# The lineage through a cluster brought up for it and stopped after it, however the run ends.
+pipeline-cluster: setup cluster-deps
+	$(VENV)/bin/python -m dagster_project.cluster pipeline --workers $(WORKERS)
+
+test-cluster: setup cluster-deps
+	$(VENV)/bin/pytest -q tests/test_cluster.py
+
 repro: setup
 	$(DVC_VENV)/bin/dvc repro
 
@@ -87,4 +119,4 @@ lint: setup
 # Every asset output and run record; data/incoming/ (a user's seed files) stays.
 clean:
 	find data -mindepth 1 -maxdepth 1 ! -name incoming ! -name .gitignore -exec rm -rf {} +
-	rm -rf $(DAGSTER_HOME) mlflow.db mlartifacts .dvc-remote
+	rm -rf $(DAGSTER_HOME) mlflow.db mlartifacts .dvc-remote .cluster

@@ -104,3 +104,56 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
     assert 0.002 in lrs, lrs
     diff = dvc_json("metrics", "diff", "--all")  # the baseline commit vs the experiment
     assert "orchestra_dagrpo.em" in diff["data/benchmark_metrics.json"], diff
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 900) -> str:
+    res = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+    assert res.returncode == 0, (cmd, res.stdout[-3000:], res.stderr[-3000:])
+    return res.stdout + res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DVC.exists(), reason="make setup creates .venv-dvc")
+def test_a_dagster_run_leaves_dvc_clean_and_a_clone_pulls_its_outputs(
+    project_copy: Path, tmp_path: Path
+) -> None:
+    """`make pipeline`'s driver (Dagster) records what it built in dvc.lock: `dvc status` is clean and
+    `dvc repro` runs nothing; `dvc push` to the local remote, and a colleague's clone `dvc pull`s every
+    output: the driver then finds nothing stale and `orchestra audit` holds on the shared MLflow store."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DAGSTER_HOME": str(home)}
+    env.pop("ORCHESTRA_PARAMS", None)
+    (project_copy / ".venv-dvc").symlink_to(ROOT / ".venv-dvc")
+    python = str(ROOT / ".venv" / "bin" / "python")
+    built = _run([python, "-m", "dagster_project.pipeline"], project_copy, env)
+    assert f"dvc.lock records {len(lineage.DEPS)} of {len(lineage.DEPS)} stages" in built, built
+    status = json.loads(_run([str(DVC), "status", "--json"], project_copy, env))
+    assert status == {}, status
+    repro = _run([str(DVC), "repro"], project_copy, env)
+    assert "Running stage" not in repro, repro
+    _run([str(DVC), "push"], project_copy, env)
+
+    git = {**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    git["GIT_COMMITTER_EMAIL"] = "t@t"
+    for args in (["add", "-A", "--", ".", ":!.venv", ":!.venv-dvc"], ["commit", "-qm", "built"]):
+        _run(["git", *args], project_copy, git)
+    clone = tmp_path / "colleague"
+    _run(["git", "clone", "-q", str(project_copy), str(clone)], tmp_path, git)
+    for venv in (".venv", ".venv-dvc"):
+        (clone / venv).symlink_to(ROOT / venv)
+    assert not (clone / "data" / "policy_sft").exists()
+    remote = str(project_copy / ".dvc-remote")  # the shared remote (an object store for a team)
+    _run([str(DVC), "remote", "modify", "--local", "local", "url", remote], clone, env)
+    _run([str(DVC), "pull"], clone, env)
+    for name in lineage.DEPS:
+        recorded = json.loads((project_copy / "data" / name / lineage.LINEAGE_FILE).read_text())["outputs"]
+        assert lineage.dir_md5(clone / "data" / name, exclude=(lineage.LINEAGE_FILE,)) == recorded, name
+    shared = {**env, "ORCHESTRA_MLFLOW_URI": f"sqlite:///{project_copy / 'mlflow.db'}"}
+    again = _run([python, "-m", "dagster_project.pipeline"], clone, shared)
+    assert "nothing recomputed" in again, again
+    audit = _run([str(ROOT / ".venv" / "bin" / "orchestra"), "audit"], clone, shared)
+    assert "0 broken" in audit, audit

@@ -183,6 +183,8 @@ def test_the_celery_example_config_is_valid_for_the_celery_executor(monkeypatch:
 
     path = ROOT / "configs" / "dagster_celery.yaml"
     monkeypatch.setenv("ORCHESTRA_EXECUTOR", "celery")
+    monkeypatch.setenv("ORCHESTRA_CELERY_BROKER", "redis://broker:6379/0")
+    monkeypatch.setenv("ORCHESTRA_CELERY_BACKEND", "redis://broker:6379/1")
     celery = definitions._executor()
     assert celery.name == "celery"
     location = definitions.defs
@@ -195,7 +197,7 @@ def test_the_celery_example_config_is_valid_for_the_celery_executor(monkeypatch:
     )
     job = scaled.resolve_job_def("train_eval_job")
     dg.validate_run_config(job, yaml.safe_load(path.read_text()))
-    assert get_validated_config(str(path))["broker"].startswith("pyamqp://")
+    assert get_validated_config(str(path))["broker"] == "redis://broker:6379/0"  # from the worker's env
     with pytest.raises(dg.DagsterInvalidConfigError):
         dg.validate_run_config(job, {"execution": {"config": {"brokr": "x"}}})
     monkeypatch.setenv("ORCHESTRA_EXECUTOR", "ray")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import warnings
@@ -39,10 +40,17 @@ class TrackingError(OrchestraError):
     """The MLflow store cannot be reached or written."""
 
 
+#: a tracking store for this process that overrides ``tracking.mlflow_uri`` without changing the lineage
+#: (the cluster profile's MLflow server; a colleague's clone pointed at the team's server)
+MLFLOW_URI_ENV = "ORCHESTRA_MLFLOW_URI"
+
+
 def tracking_uri(params: Params, root: Path) -> str:
-    """``tracking.mlflow_uri``; a relative ``sqlite:///`` path is taken from the project folder (the
-    data root's parent), not from wherever the process happens to run."""
-    uri = params.tracking.mlflow_uri
+    """``tracking.mlflow_uri`` (or :data:`MLFLOW_URI_ENV` where set); a relative ``sqlite:///`` path is
+    taken from the project folder (the data root's parent), not from wherever the process happens to run."""
+    uri = os.environ.get(MLFLOW_URI_ENV) or params.tracking.mlflow_uri
+    if "://" not in uri or uri.startswith("file:"):
+        raise TrackingError(f"{MLFLOW_URI_ENV}={uri!r}: use a database or server URI (http://host:port)")
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
         return prefix + str((root.parent / uri[len(prefix) :]).resolve())

@@ -1,0 +1,70 @@
+"""DVC in step with the lineage: what a Dagster run built is recorded in ``dvc.lock``.
+
+Dagster and `make repro` build the same stages (``dvc.yaml`` says what each reads, as
+:data:`orchestra.lineage.DEPS` does). After a Dagster run, ``dvc commit`` of every stage whose lineage
+record says it is up to date writes its deps' and outputs' hashes to ``dvc.lock`` and its outputs to
+DVC's cache: ``dvc status`` is then clean, ``make repro`` recomputes nothing and ``dvc push`` has the
+outputs to ship, so a colleague's clone can ``dvc pull`` them instead of recomputing.
+
+This holds only where DVC's stages are the run's: the params file is the project's ``params.yaml`` and
+the data folder its ``data/`` (an overlay writing elsewhere, or a test's copy, is not DVC's business).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from orchestra.config import Params
+from orchestra.errors import OrchestraError
+from orchestra.lineage import DEPS, up_to_date
+
+__all__ = ["DVC_ENV", "DvcError", "dvc_executable", "dvc_project", "record_in_dvc"]
+
+#: the ``dvc`` executable to use; otherwise the project's ``.venv-dvc/bin/dvc``, then ``dvc`` on PATH
+DVC_ENV = "ORCHESTRA_DVC"
+
+
+class DvcError(OrchestraError):
+    """DVC is missing or could not record the stages."""
+
+
+def dvc_project(params_path: str | Path, root: Path) -> Path | None:
+    """The folder holding ``dvc.yaml`` when the run's params and data are that DVC project's, else None."""
+    project = Path(root).resolve().parent
+    if not (project / "dvc.yaml").is_file() or Path(root).resolve() != project / "data":
+        return None
+    return project if Path(params_path).resolve() == project / "params.yaml" else None
+
+
+def dvc_executable(project: Path) -> str:
+    for candidate in (os.environ.get(DVC_ENV), project / ".venv-dvc" / "bin" / "dvc", shutil.which("dvc")):
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    raise DvcError(f"no dvc executable: set {DVC_ENV}, or run `make setup` (it creates .venv-dvc)")
+
+
+def record_in_dvc(params_path: str | Path, params: Params, root: Path) -> list[str]:
+    """``dvc commit`` the stages that are up to date by their lineage records; returns their names (none
+    when the run is not DVC's project, see :func:`dvc_project`)."""
+    project = dvc_project(params_path, root)
+    if project is None:
+        return []
+    names = [name for name in DEPS if up_to_date(name, params, root) is not None]
+    if not names:
+        return []
+    cmd = [dvc_executable(project), "commit", "--force", "--quiet", *names]
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    try:
+        res = subprocess.run(
+            cmd, cwd=project, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+        )
+    except OSError as e:
+        raise DvcError(f"{' '.join(cmd[:2])}: {e}") from e
+    if res.returncode != 0:
+        raise DvcError(
+            f"dvc commit of {', '.join(names)} failed: {(res.stderr or res.stdout).strip()[-2000:]}"
+        )
+    return names
