@@ -9,9 +9,10 @@ export DAGSTER_HOME := $(CURDIR)/.dagster
 export HF_HUB_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 export DO_NOT_TRACK := 1
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: setup system-deps cluster-deps pipeline test test-fast test-cluster ui mlflow-ui screenshots repro lint clean \
-	cluster-up cluster-down pipeline-cluster
+	cluster-up cluster-down pipeline-cluster docs
 
 setup: system-deps $(VENV)/.installed $(DVC_VENV)/.installed $(DAGSTER_HOME)/dagster.yaml .dvc/config
 
@@ -33,7 +34,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 # DVC lives in its own environment: it pins antlr4-python3-runtime 4.9, Dagster needs 4.13. With the
-# S3 plugin, for a shared object-store remote (README, Sharing data).
+# S3 plugin, for a shared object-store remote (docs/how-to/lineage.md, Sharing data).
 $(DVC_VENV)/.installed:
 	@test -x $(DVC_VENV)/bin/python || $(PYTHON) -m venv $(DVC_VENV)
 	$(DVC_VENV)/bin/pip install -q --disable-pip-version-check 'dvc[s3]==3.*'
@@ -68,6 +69,7 @@ mlflow-ui: setup
 	  --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
 
 # docs/*.png: the Dagster asset graph and latest run, the DA-GRPO run in MLflow (after make pipeline),
+# the docs site's home page and params reference,
 # taken with the Debian chromium (installed when missing, as root) through Playwright.
 screenshots: setup
 	@command -v chromium >/dev/null || { \
@@ -79,6 +81,8 @@ screenshots: setup
 	  fi; }
 	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[dev,docs]'
 	$(VENV)/bin/python scripts/ui_screenshots.py --out docs
+	$(MAKE) docs
+	$(VENV)/bin/python scripts/docs_screenshots.py --site site --out docs
 
 # The cluster profile's servers (dagster_project/cluster.py): Redis and PostgreSQL from Debian, installed
 # when missing (as root), a clear message otherwise (tests/test_cluster.py then skips, saying why).
@@ -109,6 +113,12 @@ pipeline-cluster: setup cluster-deps
 
 test-cluster: setup cluster-deps
 	$(VENV)/bin/pytest -q tests/test_cluster.py
+
+# The documentation site in site/: the reference pages generated from the code, then mkdocs (strict).
+docs: $(VENV)/.installed
+	$(VENV)/bin/python scripts/docs_reference.py --out docs/reference
+	$(VENV)/bin/mkdocs build --strict --quiet
+	@echo "open site/index.html"
 
 repro: setup
 	$(DVC_VENV)/bin/dvc repro

@@ -12,7 +12,7 @@ from orchestra.config.common import CATEGORIES, LEVELS, REWRITE_STRATEGIES, Frac
 _VLLM_GONE = (
     "kind 'vllm' is not a provider kind: serve the model with `vllm serve MODEL --enable-auto-tool-choice "
     "--tool-call-parser hermes` and name it as kind 'openai' with base_url http://HOST:8000/v1 "
-    "(README, Your own data and models)"
+    "(docs/how-to/own-data.md)"
 )
 
 

@@ -57,7 +57,7 @@ def _row_config(params: Params, root: Path, row: Row, out: Path, shard: tuple[in
     from orchestra.evaluation.runner import EvalConfig
 
     ep = params.eval
-    floor = row.policy == "untrained"  # never valid: a cut-down run shows it (README, Evaluation)
+    floor = row.policy == "untrained"  # never valid: a cut-down run shows it (docs/concepts/evaluation.md)
     return EvalConfig(
         benchmark=benchmark_file(root),
         out=out,
