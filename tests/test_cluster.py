@@ -18,6 +18,7 @@ import pytest
 import yaml
 from conftest import TINY_EVAL
 
+from dagster_project.pipeline import _command
 from orchestra import lineage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,15 +122,8 @@ def test_the_lineage_runs_on_two_workers_as_on_one_machine(cluster: Any) -> None
     local = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRA_")} | {
         "DAGSTER_HOME": str(home)
     }
-    dagster = [
-        str(Path(sys.executable).parent / "dagster"),
-        "asset",
-        "materialize",
-        "-m",
-        "dagster_project.definitions",
-    ]
     res = subprocess.run(
-        [*dagster, "--select", ",".join(DATA)],
+        _command(DATA, []),  # the multiprocess executor: this process has no ORCHESTRA_EXECUTOR
         cwd=ROOT, env={**local, "ORCHESTRA_PARAMS": str(params)}, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
