@@ -27,7 +27,9 @@ def test_the_site_builds_strict_and_the_params_reference_lists_every_field(tmp_p
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
-    for page in ("index", "reference/params", "reference/cli", "reference/assets", "results/index"):
+    pages = ("index", "reference/params", "reference/cli", "reference/assets", "results/index")
+    pages += ("how-to/serve", "how-to/extend", "how-to/schedule", "how-to/audit", "concepts/lineage")
+    for page in pages:
         assert (tmp_path / "site" / f"{page}.html").is_file(), page
 
     keys = set(re.findall(r"^\| `([^`]+)` \|", (ref / "params.md").read_text(), re.M))

@@ -47,7 +47,7 @@ def sft_examples(
     the view renders identically to an earlier one is kept once (a re-rendering the view does not
     show, e.g. another backend order for a view that sorts backends): repetition costs steps. A first
     decision (no evidence yet: the whole plan) is repeated ``first_repeats`` times: it is where a
-    small policy fails most, and measured repetition of it pays (docs/concepts/training.md); a later
+    small policy fails most, and measured repetition of it pays (docs/results/history.md); a later
     delegation on the expert's path (a re-plan) ``replan_repeats`` times."""
     rows, seen = [], set()
     for s in samples:
