@@ -142,7 +142,7 @@ def main() -> None:
         print(json.dumps(worker(args.worker, json.loads(sys.stdin.read()), args.warm_up == "True")))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        world = args.world
+        world = args.world.resolve() if args.world else None  # the workers run in the cache folder
         if world is None:
             from orchestra.config import load_params
             from orchestra.world import generate_world
