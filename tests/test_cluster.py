@@ -157,6 +157,9 @@ def test_a_killed_step_fails_the_run_and_a_reexecution_finishes_it(cluster: Any)
         pytest.skip("needs the lineage the test before it built")
     seeds, kept = lineage.dir_md5(base / "data" / "seed_tasks"), _outputs(base / "data")
     shutil.rmtree(base / "data" / "anchor_facts")  # stale: anchor_facts and what is downstream run again
+    # cold perception, so that the step is still reading when it is killed (warm, it can finish in the
+    # 0.3 s the poll takes and leave its output whole: then there is no killed step to test)
+    shutil.rmtree(base / "data" / "cache", ignore_errors=True)
     before = set(_steps(state["env"]))
     run = _driver(params, env, "--cluster", str(base / ".cluster"))
     deadline = time.monotonic() + 300
