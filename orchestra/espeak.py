@@ -44,19 +44,41 @@ def available() -> bool:
     return shutil.which("espeak-ng") is not None
 
 
+#: espeak-ng runs per sound at most: a sound counts once two runs of the same arguments agree
+AGREE_TRIES = 4
+
+
 def _speak(
     args: list[str], failed: str, timeout_s: float, error: type[OrchestraError]
 ) -> tuple[np.ndarray, int]:
     """espeak-ng run with ``args`` (which ask for a WAV on stdout): its float samples and rate. A
-    missing binary, a failed run or an unreadable WAV raises ``error`` (``failed`` says what failed)."""
+    missing binary, a failed run or an unreadable WAV raises ``error`` (``failed`` says what failed).
+
+    The same arguments do not always give the same samples: Debian 12's espeak-ng 1.51 wrote one WAV
+    of a short number differently in one of some 4,000 runs here (under load), and a fresh clone's
+    world once held a speech file no other run of its params rendered. So a sound is taken only when
+    two runs agree byte for byte (nearly always the first two); :data:`AGREE_TRIES` runs that never
+    agree raise ``error``."""
     exe = shutil.which("espeak-ng")
     if exe is None:
         raise error("espeak-ng is not installed (the Debian package espeak-ng; make setup installs it)")
+    seen: set[bytes] = set()
+    for _ in range(AGREE_TRIES):
+        try:
+            out = subprocess.run([exe, *args], check=True, capture_output=True, timeout=timeout_s).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            raise error(f"{failed}: {e}") from e
+        if out in seen:
+            return _samples(out, failed, error)
+        seen.add(out)
+    raise error(f"{failed}: {AGREE_TRIES} runs gave {len(seen)} different sounds, no two the same")
+
+
+def _samples(wav: bytes, failed: str, error: type[OrchestraError]) -> tuple[np.ndarray, int]:
     try:
-        out = subprocess.run([exe, *args], check=True, capture_output=True, timeout=timeout_s).stdout
-        with wave.open(io.BytesIO(out)) as w:
+        with wave.open(io.BytesIO(wav)) as w:
             rate, raw = w.getframerate(), w.readframes(w.getnframes())
-    except (OSError, subprocess.SubprocessError, wave.Error, EOFError) as e:
+    except (wave.Error, EOFError) as e:
         raise error(f"{failed}: {e}") from e
     return np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0, rate
 

@@ -268,6 +268,39 @@ def test_espeak_each_gives_one_sound_per_text_like_single_calls() -> None:
         espeak.espeak_each(["one", " ", "two"], "en-us", 150, error=ToolError)
 
 
+def _fake_espeak(tmp_path: Path, sounds: list[bytes]) -> Path:
+    """A folder with an ``espeak-ng`` that writes ``sounds`` in turn, one a run (the last one again after)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(parents=True)
+    for i, wav in enumerate(sounds):
+        (folder / f"sound{i}.wav").write_bytes(wav)
+    script = folder / "espeak-ng"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'd="{folder}"; n=$(cat "$d/count" 2>/dev/null || echo 0); echo $((n + 1)) > "$d/count"\n'
+        f'[ "$n" -ge {len(sounds)} ] && n={len(sounds) - 1}\n'
+        'cat "$d/sound$n.wav"\n'
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def test_a_sound_counts_only_once_two_espeak_runs_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """espeak-ng 1.51 gave the same arguments different samples in rare runs: a deviating run is outvoted,
+    and runs that never agree are an error naming the text, not a guess."""
+    one, other, third = (audio.wav_bytes(np.full(160, v, dtype=np.int16)) for v in (100, 200, 300))
+    folder = _fake_espeak(tmp_path, [other, one, one])
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    x, rate = espeak.espeak("seven", "en-us", 150)
+    assert rate == 16_000 and np.allclose(x, 100 / 32768) and (folder / "count").read_text().strip() == "3"
+    folder = _fake_espeak(tmp_path / "never", [one, other, third, audio.wav_bytes(np.ones(8, np.int16))])
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    with pytest.raises(WorldError, match="'seven': 4 runs gave 4 different sounds"):
+        espeak.espeak("seven", "en-us", 150, error=WorldError)
+
+
 def test_match_is_the_textbook_recursion_on_templates_heard_in_the_noise() -> None:
     """:func:`match` against the definitions written out: each template scaled to the span's speech
     energy plus the noise, normalised cepstra, the textbook DTW, for templates of many lengths."""
