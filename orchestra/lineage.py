@@ -47,8 +47,10 @@ class StageDeps:
 
 
 _EVAL_CODE = ("orchestra/evaluation", "orchestra/agent", "orchestra/backends", "orchestra/tools")
+_EVAL_CODE += ("orchestra/answers.py",)
 #: a recipe that runs a policy end to end (outcome rollouts, the policy's own states relabelled)
 _ROLLOUT_CODE = ("orchestra/training", "orchestra/agent", "orchestra/backends", "orchestra/tools")
+_ROLLOUT_CODE += ("orchestra/answers.py",)
 _ROLLOUT_CODE += ("orchestra/data/decisions.py", "orchestra/data/trajectories.py")
 #: One entry per stage, in lineage order; dvc.yaml's deps and params say the same (tests/test_dvc.py).
 DEPS: dict[str, StageDeps] = {
@@ -67,7 +69,7 @@ DEPS: dict[str, StageDeps] = {
             "orchestra/data/reference.py",
             "orchestra/data/llm.py",
             "orchestra/agent",
-            "orchestra/evaluation/scoring.py",
+            "orchestra/answers.py",
             "orchestra/backends",
             "orchestra/tools",
             "orchestra/resources/registry",
