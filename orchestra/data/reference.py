@@ -331,7 +331,7 @@ def _expert_policies(params: Params) -> list[Any]:
     """``anchors.expert`` as one greedy policy and ``attempts - 1`` sampled copies."""
     from orchestra.agent.lm_policy import lm_policy, named_provider, sampling_copy
     from orchestra.agent.policies import PolicyError
-    from orchestra.backends.chat import LMError
+    from orchestra.lm.chat import LMError
 
     a = params.anchors
     assert a.expert is not None

@@ -21,10 +21,10 @@ import numpy as np
 from pydantic import BaseModel
 
 from orchestra.answers import exact_match, normalize
-from orchestra.backends.chat import LMError, client_for
-from orchestra.backends.openai_backend import OpenAIClient
 from orchestra.config import ProviderSpec
 from orchestra.errors import ConfigError
+from orchestra.lm.chat import LMError
+from orchestra.lm.clients import openai_client
 
 __all__ = [
     "CATEGORIES",
@@ -146,10 +146,7 @@ class LLMJudge:
     def __init__(self, spec: ProviderSpec) -> None:
         if spec.kind != "openai":
             raise ConfigError(f"the LLM judge needs an 'openai' provider, not a {spec.kind!r} one")
-        client = client_for(spec, JUDGE_TOKENS)
-        assert isinstance(client, OpenAIClient)  # kind openai
-        client.temperature = 0.0
-        self.client = client
+        self.client = openai_client(spec, JUDGE_TOKENS, temperature=0.0)
 
     def judge(self, question: str, prediction: str, gold: str) -> Verdict:
         """One verdict; an empty or exactly matching prediction is decided without a call. A failed call

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.answers import answers_equal
-from orchestra.backends.chat import ChatResult
 from orchestra.config import AgentParams, GRPOParams, Params
 from orchestra.errors import StageError
+from orchestra.lm.chat import ChatResult
 from orchestra.schemas import Task
 from orchestra.training.common import (
     RecipeRun,
