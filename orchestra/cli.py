@@ -20,6 +20,7 @@ params_app = typer.Typer(no_args_is_help=True, help="Inspect and check params.ya
 app.add_typer(params_app, name="params")
 app.add_typer(world_app, name="world", help="Generate and replay the procedural omni-modal world.")
 app.add_typer(tools_app, name="tools", help="List the tools and run one on a file.")
+backends_app.command("calibrate")(eval_cli.calibrate_cmd)
 app.add_typer(backends_app, name="backends", help="The expert pool: list it, calibrate its skill vectors.")
 app.command("answer")(agent_cli.answer)
 app.command("serve")(agent_cli.serve)
