@@ -1,4 +1,4 @@
-"""`orchestra eval` (a system and policy over a benchmark), `backends calibrate` (skill vectors), `report`."""
+"""`orchestra eval` (a system and policy over a benchmark) and `orchestra backends calibrate`."""
 
 from __future__ import annotations
 
@@ -141,25 +141,3 @@ def calibrate_cmd(
             table.add_row(name, skill, f"{m.accuracy:.3f}", f"{m.p50_s:.3f}", str(m.n), low, kept)
     Console().print(table)
     typer.echo(f"wrote {target} ({len(items)} items, world seed {seed})")
-
-
-def report_command(
-    params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
-    rescore: bool = typer.Option(
-        True, "--eval/--no-eval", help="evaluate the ladder first (benchmark_scores), or only re-render"
-    ),
-) -> None:
-    """The papers' tables on the embedded benchmark: run benchmark_scores (every row of eval.rows),
-    then report (data/report/report.md, plots, an MLflow run); print the Markdown."""
-    from orchestra.config import data_root, load_params
-    from orchestra.stages import run_stage
-
-    try:
-        params = load_params(params_file)
-        root = data_root(params_file, params)
-        if rescore:
-            run_stage("benchmark_scores", params, root)
-        run_stage("report", params, root)
-    except (OrchestraError, OSError) as e:
-        raise fail(e) from e
-    typer.echo((root / "report" / "report.md").read_text(encoding="utf-8"))
