@@ -54,10 +54,13 @@ $(DAGSTER_HOME)/dagster.yaml:
 pipeline: setup
 	$(VENV)/bin/python -m dagster_project.pipeline
 
+# lint-imports first: the import contracts in pyproject.toml (layers, no cycles, no Dagster in orchestra/).
 test: setup cluster-deps
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q
 
 test-fast: setup
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q -m "not slow"
 
 ui: setup
@@ -125,6 +128,7 @@ repro: setup
 
 lint: setup
 	$(VENV)/bin/ruff check orchestra dagster_project tests bench scripts
+	$(VENV)/bin/lint-imports
 
 # Every asset output and run record; data/incoming/ (a user's seed files) stays.
 clean:

@@ -6,7 +6,7 @@ Usage: python bench/decode.py [--data data] [--model DIR] [--prompts 64] [--max-
 After ``make pipeline``: the first ``--prompts`` val states of ``decision_samples``, rendered as the
 policy reads them (its saved view, its tokenizer's chat template), are decoded greedily three ways:
 one at a time with ``model.generate()`` (as evaluation called the policy before), one at a time with
-``orchestra.backends.decoder.LeanDecoder``, and ``--batch`` at a time with its batched decoder (what
+``orchestra.lm.decoder.LeanDecoder``, and ``--batch`` at a time with its batched decoder (what
 concurrent calls get). Prints tokens/s of each and how many outputs equal generate()'s. Then
 ``orchestra serve``'s server on loopback answers ``--requests`` chat requests of 64 new tokens from
 ``--clients`` concurrent clients (the official ``openai`` client), once with concurrent calls decoded
@@ -132,7 +132,7 @@ def serve_rate(args: argparse.Namespace, model_dir: Path, max_batch: int) -> tup
     from openai import OpenAI
 
     from orchestra.agent.serve import ModelResponder, start_server
-    from orchestra.backends.transformers_backend import TransformersChat
+    from orchestra.lm.transformers_chat import TransformersChat
 
     chat = TransformersChat(model_dir, max_new_tokens=64, max_batch=max_batch)
     server = start_server(ModelResponder(chat, "policy"))

@@ -21,10 +21,11 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
+from orchestra.answers import answers_equal
 from orchestra.config import data_root, load_params
 from orchestra.training.common import evaluate_policy, file_digest, mean_rubric
 from orchestra.training.examples import PolicyView, load_samples, target_texts
-from orchestra.training.rewards import answers_equal, rubric
+from orchestra.training.rewards import rubric
 
 RECIPES = ("sft", "grpo", "dagrpo")
 

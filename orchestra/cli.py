@@ -20,11 +20,11 @@ params_app = typer.Typer(no_args_is_help=True, help="Inspect and check params.ya
 app.add_typer(params_app, name="params")
 app.add_typer(world_app, name="world", help="Generate and replay the procedural omni-modal world.")
 app.add_typer(tools_app, name="tools", help="List the tools and run one on a file.")
+backends_app.command("calibrate")(eval_cli.calibrate_cmd)
 app.add_typer(backends_app, name="backends", help="The expert pool: list it, calibrate its skill vectors.")
 app.command("answer")(agent_cli.answer)
 app.command("serve")(agent_cli.serve)
 app.command("eval")(eval_cli.eval_command)
-app.command("report")(eval_cli.report_command)
 
 
 @params_app.command("check")
@@ -49,6 +49,29 @@ def params_show(file: Path = typer.Argument(Path("params.yaml"))) -> None:
     except OrchestraError as e:
         raise fail(e) from e
     typer.echo(json.dumps(params.model_dump(mode="json"), indent=2))
+
+
+@app.command("report")
+def report(
+    params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
+    rescore: bool = typer.Option(
+        True, "--eval/--no-eval", help="evaluate the ladder first (benchmark_scores), or only re-render"
+    ),
+) -> None:
+    """The papers' tables on the embedded benchmark: run benchmark_scores (every row of eval.rows),
+    then report (data/report/report.md, plots, an MLflow run); print the Markdown."""
+    from orchestra.config import data_root, load_params
+    from orchestra.stages import run_stage
+
+    try:
+        params = load_params(params_file)
+        root = data_root(params_file, params)
+        if rescore:
+            run_stage("benchmark_scores", params, root)
+        run_stage("report", params, root)
+    except (OrchestraError, OSError) as e:
+        raise fail(e) from e
+    typer.echo((root / "report" / "report.md").read_text(encoding="utf-8"))
 
 
 @app.command("stage")

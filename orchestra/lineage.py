@@ -47,8 +47,10 @@ class StageDeps:
 
 
 _EVAL_CODE = ("orchestra/evaluation", "orchestra/agent", "orchestra/backends", "orchestra/tools")
+_EVAL_CODE += ("orchestra/lm", "orchestra/answers.py")
 #: a recipe that runs a policy end to end (outcome rollouts, the policy's own states relabelled)
 _ROLLOUT_CODE = ("orchestra/training", "orchestra/agent", "orchestra/backends", "orchestra/tools")
+_ROLLOUT_CODE += ("orchestra/lm", "orchestra/answers.py")
 _ROLLOUT_CODE += ("orchestra/data/decisions.py", "orchestra/data/trajectories.py")
 #: One entry per stage, in lineage order; dvc.yaml's deps and params say the same (tests/test_dvc.py).
 DEPS: dict[str, StageDeps] = {
@@ -67,8 +69,9 @@ DEPS: dict[str, StageDeps] = {
             "orchestra/data/reference.py",
             "orchestra/data/llm.py",
             "orchestra/agent",
-            "orchestra/evaluation/scoring.py",
+            "orchestra/answers.py",
             "orchestra/backends",
+            "orchestra/lm",
             "orchestra/tools",
             "orchestra/resources/registry",
         ),
@@ -113,7 +116,7 @@ DEPS: dict[str, StageDeps] = {
         ("seed_tasks", "verified_samples"),
         ("agent", "tools", "providers"),
         ("orchestra/data/trajectories.py", "orchestra/agent", "orchestra/backends")
-        + ("orchestra/resources/registry",),
+        + ("orchestra/lm", "orchestra/resources/registry"),
     ),
     "decision_samples": StageDeps(
         ("verified_samples", "expert_trajectories"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from orchestra.backends.decoder import LeanDecoder
+from orchestra.lm.decoder import LeanDecoder
 
 
 def _model(tmp: Path, layers: int, heads: int, kv_heads: int) -> Qwen3ForCausalLM:
@@ -51,8 +51,8 @@ def test_an_uncovered_model_is_named(tmp_path: Path) -> None:
 
 
 def test_the_chat_client_answers_the_same_with_and_without_it(tmp_path: Path) -> None:
-    from orchestra.backends.transformers_backend import TransformersChat
     from orchestra.config import PolicyInit
+    from orchestra.lm.transformers_chat import TransformersChat
     from orchestra.training.examples import PolicyView
     from orchestra.training.policy import build_policy, save_policy
 
@@ -93,8 +93,8 @@ def test_a_batch_gives_each_rows_greedy_tokens(
 def test_concurrent_chat_calls_are_decoded_together_with_the_same_answers(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from orchestra.backends.transformers_backend import TransformersChat
     from orchestra.config import PolicyInit
+    from orchestra.lm.transformers_chat import TransformersChat
     from orchestra.training.examples import PolicyView
     from orchestra.training.policy import build_policy, save_policy
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from orchestra.agent.serve import ScriptedResponder, start_server
+from orchestra.answers import exact_match, normalize, numeric_match
 from orchestra.config import ProviderSpec
 from orchestra.data.seeds import omnigaia_metadata_path
 from orchestra.errors import ConfigError
@@ -23,10 +24,7 @@ from orchestra.evaluation.scoring import (
     LLMJudge,
     Verdict,
     bootstrap_ci,
-    exact_match,
     extract_answer,
-    normalize,
-    numeric_match,
     parse_verdict,
     summarize,
 )

@@ -10,8 +10,8 @@ from orchestra.agent.graph import GraphError, TaskGraph, check_nodes, natural_ke
 from orchestra.agent.memory import Evidence, EvidenceStore
 from orchestra.agent.scheduler import Limits, NodeInputs, measure_overhead, run_graph
 from orchestra.backends.base import BackendError, SubResult
-from orchestra.backends.chat import LMError
 from orchestra.config import AgentParams
+from orchestra.lm.chat import LMError
 from orchestra.schemas import SubTask
 
 

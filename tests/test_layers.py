@@ -1,4 +1,4 @@
-"""Layering: the library never pulls in Dagster, MLflow or DVC; only dagster_project knows Dagster."""
+"""Layering: no Dagster, MLflow or DVC in the library (dagster_project alone knows Dagster); no cycles."""
 
 import ast
 import subprocess
@@ -32,6 +32,23 @@ def test_no_module_under_orchestra_imports_dagster() -> None:
                 names = [node.module]
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "dagster"]
     assert offenders == []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import cycle among the modules of orchestra and dagster_project, function-level imports
+    included. lint-imports' acyclic_siblings contract (pyproject.toml) checks the children of every
+    package; this also sees a cycle through a package's own ``__init__`` (``orchestra.config`` ->
+    ``orchestra.config.common`` -> ``orchestra.config``), which is no sibling of its children."""
+    import grimp
+
+    graph = grimp.build_graph("orchestra", "dagster_project", cache_dir=None)
+    cycles = [
+        " -> ".join((importer, *chain))
+        for importer in sorted(graph.modules)
+        for imported in sorted(graph.find_modules_directly_imported_by(importer))
+        if (chain := graph.find_shortest_chain(importer=imported, imported=importer))
+    ]
+    assert cycles == []
 
 
 def test_every_module_opens_with_a_docstring() -> None:

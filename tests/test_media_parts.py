@@ -16,9 +16,9 @@ from PIL import Image
 
 from orchestra.agent.serve import ScriptedResponder, start_server
 from orchestra.backends.base import SubTaskInput
-from orchestra.backends.chat import client_for
 from orchestra.backends.openai_backend import OpenAIBackend
 from orchestra.config import ProviderSpec
+from orchestra.lm.clients import client_for
 from orchestra.schemas import ModalInput, SubTask, Task, read_tasks_json
 
 

@@ -14,9 +14,10 @@ from orchestra.agent.serve import ModelResponder, ScriptedResponder, start_serve
 from orchestra.agent.state import OrchestraState
 from orchestra.agent.systems import Environment, builtin_backends, run_task_sync
 from orchestra.backends.base import SubTaskInput
-from orchestra.backends.chat import LMError
-from orchestra.backends.openai_backend import OpenAIBackend, OpenAIClient
+from orchestra.backends.openai_backend import OpenAIBackend
 from orchestra.config import AgentParams
+from orchestra.lm.chat import LMError
+from orchestra.lm.openai_chat import OpenAIClient
 from orchestra.schemas import Delegate, Finish, SubTask, Task, read_tasks_json
 from orchestra.tools.registry import default_registry
 
@@ -156,7 +157,7 @@ def test_served_tiny_transformers_model_output_is_handled(tmp_path: Path, small_
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from orchestra.backends.transformers_backend import TransformersChat
+    from orchestra.lm.transformers_chat import TransformersChat
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -327,8 +328,8 @@ def test_retries_give_up_with_the_last_error() -> None:
 
 
 def test_request_carries_seed_tool_choice_and_the_configured_token_field() -> None:
-    from orchestra.backends.chat import client_for
     from orchestra.config import ProviderSpec
+    from orchestra.lm.clients import client_for
 
     responder = ScriptedResponder([{"content": "a"}, {"content": "b"}])
     with start_server(responder) as srv:

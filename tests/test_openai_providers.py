@@ -13,7 +13,6 @@ import pytest
 from rapidfuzz import fuzz
 
 from orchestra.agent.serve import ScriptedResponder, start_server
-from orchestra.backends.chat import LMError
 from orchestra.config import Params, ProviderSpec
 from orchestra.data.anchors import build_anchor_facts
 from orchestra.data.candidates import build_rewrite_candidates
@@ -23,6 +22,7 @@ from orchestra.data.verify_bypass import PageReader
 from orchestra.data.verify_judge import LLMJudge, field_fact, make_judge
 from orchestra.errors import StageError
 from orchestra.io import read_jsonl
+from orchestra.lm.chat import LMError
 from orchestra.schemas import (
     AnchorFact,
     BrowseStep,

@@ -30,13 +30,13 @@ from orchestra.tools.cache import (
     open_perception_cache,
 )
 from orchestra.tools.image import ImageCountObjects, ImageOCR
+from orchestra.tools.loader import load_tool_class
 from orchestra.tools.registry import (
     PERCEPTION_TOOLS,
     WRITES_FILES,
     cacheable_tools,
     cached_registry,
     default_registry,
-    load_tool_class,
 )
 from orchestra.world import image as wimage
 

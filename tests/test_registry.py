@@ -12,9 +12,9 @@ from orchestra.agent.policies import OraclePolicy
 from orchestra.agent.state import OrchestraState
 from orchestra.agent.systems import Environment, backend_pool, builtin_backends, evidence_of, run_task_sync
 from orchestra.backends.base import BackendError
-from orchestra.backends.calibrate import calibrate, calibrated_registry
 from orchestra.backends.registry import default_registry_path, expert_specs, load_registry, write_registry
 from orchestra.config import AgentParams, ProviderSpec, WorldParams
+from orchestra.evaluation.calibrate import calibrate, calibrated_registry
 from orchestra.schemas import Delegate, PerceiveStep, Task, read_tasks_json
 
 PERCEPTION_SKILLS = ("ocr", "counting", "chart", "audio_signal", "video_temporal")

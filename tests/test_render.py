@@ -12,9 +12,9 @@ from orchestra.agent.policies import ScriptedPolicy
 from orchestra.agent.state import ContextBudgetError, render_state, system_prompt
 from orchestra.agent.systems import Environment, evidence_of, run_task_sync
 from orchestra.backends.base import BackendCard
-from orchestra.backends.chat import client_for
 from orchestra.backends.goals import GoalError, goal_phrases, parse_goal
 from orchestra.config import AgentParams, ConfigError, ProviderSpec, parse_params
+from orchestra.lm.clients import client_for
 from orchestra.schemas import Delegate, SubTask, Task, read_tasks_json
 from orchestra.text import count_tokens
 

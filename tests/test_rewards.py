@@ -18,6 +18,7 @@ from orchestra.agent.memory import Evidence
 from orchestra.agent.refs import REF_PATTERN
 from orchestra.agent.serve import ScriptedResponder, start_server
 from orchestra.agent.state import OrchestraState, ToolCard
+from orchestra.answers import answers_equal
 from orchestra.backends.base import BackendCard
 from orchestra.config import Params, ProviderSpec, RubricWeights
 from orchestra.data.llm import JsonProvider
@@ -27,7 +28,6 @@ from orchestra.training.reward_model import LLMRubric, RubricReply, make_rubric
 from orchestra.training.rewards import (
     RewardError,
     RubricScores,
-    answers_equal,
     decision_reward,
     format_reward,
     rubric,

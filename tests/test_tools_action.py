@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from orchestra.config import ToolParams
 from orchestra.errors import ToolError
 from orchestra.tools.cli import app, parse_args
+from orchestra.tools.loader import load_tool_class
 from orchestra.tools.pages import Page, PageStore
-from orchestra.tools.registry import ACTION_TOOLS, PERCEPTION_TOOLS, default_registry, load_tool_class
+from orchestra.tools.registry import ACTION_TOOLS, PERCEPTION_TOOLS, default_registry
 from orchestra.tools.search import BraveSearchBackend, LocalSearchBackend, WebSearch
 
 

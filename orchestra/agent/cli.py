@@ -194,7 +194,7 @@ def serve(
                 raise OrchestraError("give exactly one of --model DIR or --script FILE")
             responder: Responder
             if model is not None:
-                from orchestra.backends.transformers_backend import TransformersChat
+                from orchestra.lm.transformers_chat import TransformersChat
 
                 responder = ModelResponder(TransformersChat(model, max_new_tokens), name or model.name)
             else:

@@ -9,8 +9,9 @@ from pathlib import Path
 from orchestra.agent.decision import Action, DecisionError, ErrorKind, Format, ParseError, parse_decision
 from orchestra.agent.policies import Policy, PolicyError, PolicyReply
 from orchestra.agent.state import STYLES, OrchestraState, Style, validation_context
-from orchestra.backends.chat import ChatClient, LMError, client_for
 from orchestra.config import AgentParams, ProviderSpec
+from orchestra.lm.chat import ChatClient, LMError
+from orchestra.lm.clients import client_for
 
 __all__ = ["VIEW_FILE", "LMPolicy", "lm_policy", "named_provider", "sampling_copy", "saved_view"]
 

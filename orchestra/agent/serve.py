@@ -3,7 +3,7 @@
 
 Responders:
 
-- :class:`ModelResponder` answers with a :class:`~orchestra.backends.chat.ChatClient`
+- :class:`ModelResponder` answers with a :class:`~orchestra.lm.chat.ChatClient`
   (e.g. a local transformers model directory).
 - :class:`ScriptedResponder` replays a JSONL script, one reply per request, for protocol tests.
   Each line is an object with any of ``content`` (text), ``tool_calls`` (``[{"name", "arguments"}]``,
@@ -41,8 +41,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from orchestra.backends.chat import ChatClient
 from orchestra.errors import OrchestraError
+from orchestra.lm.chat import ChatClient
 from orchestra.text import count_tokens
 
 __all__ = [

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.agent.expert import ExpertError, step_goal
+from orchestra.agent.steps import step_subtasks
 from orchestra.backends.base import BackendRegistry
-from orchestra.backends.calibrate import step_subtasks
 from orchestra.backends.goals import literal
 from orchestra.config import AgentParams, AnchorParams, Params
 from orchestra.data.llm import JsonProvider, Statements, stage_provider, state_facts

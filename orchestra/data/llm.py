@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestra.agent.refs import modal_key
-from orchestra.backends.chat import LMError, client_for
-from orchestra.backends.openai_backend import OpenAIClient
 from orchestra.config import Params, ProviderSpec
 from orchestra.errors import ReplyError, StageError
+from orchestra.lm.chat import LMError
+from orchestra.lm.clients import openai_client
 from orchestra.schemas import RewriteCandidate, SolutionStep, Task, brief
 
 __all__ = [
@@ -79,9 +79,7 @@ class JsonProvider:
     def __init__(self, spec: ProviderSpec, name: str, what: str) -> None:
         if spec.kind != "openai":
             raise StageError(f"{what} {name!r} is a {spec.kind!r} provider, not an 'openai' one")
-        client = client_for(spec, JSON_TOKENS)
-        assert isinstance(client, OpenAIClient)  # kind openai
-        client.temperature = 0.0
+        client = openai_client(spec, JSON_TOKENS, temperature=0.0)
         self.spec, self.client, self.name = spec, client, name
         self.label = f"{what} {name!r} ({client.base_url})"
 
@@ -89,7 +87,7 @@ class JsonProvider:
         self, model: type[M], task: str, item: Mapping[str, Any], parts: Sequence[Mapping[str, Any]] = ()
     ) -> M:
         """One request: ``task`` and ``model``'s schema as the system prompt, ``item`` as JSON, followed
-        by ``parts`` (media content parts, :mod:`orchestra.backends.media`) when there are any."""
+        by ``parts`` (media content parts, :mod:`orchestra.lm.media`) when there are any."""
         schema = model.model_json_schema()
         system = (
             f"{task}\n\nReply with exactly one JSON object and nothing else. It must match this JSON "
@@ -225,7 +223,7 @@ def state_facts(
     """The openai extractor's statements for every seed with a program of at most ``max_facts`` steps
     (``orchestra.data.anchors`` sets the others aside anyway), asked in task order, one at a time, each
     sent the seed's media the provider takes (``inputs``; under ``media_root``)."""
-    from orchestra.backends.media import content_parts
+    from orchestra.lm.media import content_parts
     from orchestra.tools.media import MediaError
 
     out = Statements(provider.name)

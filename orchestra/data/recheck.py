@@ -10,8 +10,8 @@ from typing import Any
 
 from orchestra.agent.expert import ExpertError, StepGoal, step_backend, step_goal, stronger_backend
 from orchestra.agent.refs import modal_key
+from orchestra.agent.steps import same_value, step_input
 from orchestra.backends.base import BackendRegistry
-from orchestra.backends.calibrate import same_value, step_input
 from orchestra.backends.perceptions import PERCEPTIONS
 from orchestra.config import AgentParams
 from orchestra.schemas import (

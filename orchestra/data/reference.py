@@ -27,12 +27,12 @@ from typing import Any
 
 from orchestra.agent.memory import Evidence
 from orchestra.agent.refs import REF_PATTERN, find_refs
+from orchestra.answers import numeric_match
 from orchestra.backends.base import BackendCard
 from orchestra.backends.goals import GoalError, parse_goal
 from orchestra.backends.selection import infer_demand
 from orchestra.config import Params
 from orchestra.errors import OrchestraError, StageError
-from orchestra.evaluation.scoring import numeric_match
 from orchestra.io import read_jsonl
 from orchestra.schemas import (
     BrowseStep,
@@ -77,7 +77,7 @@ class NoReference(OrchestraError):
 
 def answer_matches(prediction: str | None, gold: str) -> bool:
     """The evaluation scorer's verdict: exact match after normalisation, or, when both are one number,
-    equal within 1% (``orchestra.evaluation.scoring.numeric_match``)."""
+    equal within 1% (``orchestra.answers.numeric_match``)."""
     return prediction is not None and bool(numeric_match(prediction, gold))
 
 
@@ -331,7 +331,7 @@ def _expert_policies(params: Params) -> list[Any]:
     """``anchors.expert`` as one greedy policy and ``attempts - 1`` sampled copies."""
     from orchestra.agent.lm_policy import lm_policy, named_provider, sampling_copy
     from orchestra.agent.policies import PolicyError
-    from orchestra.backends.chat import LMError
+    from orchestra.lm.chat import LMError
 
     a = params.anchors
     assert a.expert is not None

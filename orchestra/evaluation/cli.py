@@ -1,4 +1,4 @@
-"""`orchestra eval` (one system and policy over a benchmark) and `orchestra report` (the papers' tables)."""
+"""`orchestra eval` (a system and policy over a benchmark) and `orchestra backends calibrate`."""
 
 from __future__ import annotations
 
@@ -91,23 +91,53 @@ def eval_command(
     typer.echo(json.dumps(line))
 
 
-def report_command(
-    params_file: Path = typer.Option(Path("params.yaml"), "--params", "-p"),
-    rescore: bool = typer.Option(
-        True, "--eval/--no-eval", help="evaluate the ladder first (benchmark_scores), or only re-render"
-    ),
+def calibrate_cmd(
+    params_file: Path = typer.Option(Path("params.yaml"), "--params"),
+    seed: int = typer.Option(4242, "--seed", help="the calibration world's seed (never the benchmark's)"),
+    n_seeds: int = typer.Option(120, "--n-seeds", min=1, help="tasks of the calibration world"),
+    out: Path | None = typer.Option(None, "--out", help="registry file to write (default: the one in use)"),
+    price_per_s: float = typer.Option(0.01, "--price-per-s", min=0, help="builtin price per compute second"),
 ) -> None:
-    """The papers' tables on the embedded benchmark: run benchmark_scores (every row of eval.rows),
-    then report (data/report/report.md, plots, an MLflow run); print the Markdown."""
-    from orchestra.config import data_root, load_params
-    from orchestra.stages import run_stage
+    """Run every builtin expert on a calibration world; write measured skill levels and latencies."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from orchestra.backends.registry import default_registry_path, registry_for, write_registry
+    from orchestra.config import Params, WorldParams, load_params
+    from orchestra.evaluation.calibrate import calibrate, calibrated_registry
 
     try:
-        params = load_params(params_file)
-        root = data_root(params_file, params)
-        if rescore:
-            run_stage("benchmark_scores", params, root)
-        run_stage("report", params, root)
-    except (OrchestraError, OSError) as e:
+        params = load_params(params_file) if params_file.is_file() else Params()
+        registry = registry_for(params.agent)
+        world = WorldParams(
+            seed=seed, n_seeds=n_seeds, n_entities=max(60, n_seeds), noise=params.seed.world.noise
+        )
+        with Progress(transient=True) as bar:
+            job = bar.add_task("calibrating", total=None)
+            items = calibrate(
+                params.agent, registry, world, progress=lambda k, n: bar.update(job, completed=k, total=n)
+            )
+        new = calibrated_registry(registry, items, world, price_per_s)
+        target = out or Path(params.agent.registry or default_registry_path())
+        header = (
+            "Orchestra expert registry: Level-1 skills (with their Level-2 routines) and the expert pool.\n"
+            "Skill levels of the builtin experts are measured accuracies: `orchestra backends calibrate` "
+            "rewrites them."
+        )
+        write_registry(target, new, header)
+    except OrchestraError as e:
         raise fail(e) from e
-    typer.echo((root / "report" / "report.md").read_text(encoding="utf-8"))
+    tau = params.agent.escalation_confidence
+    table = Table(
+        "expert", "skill", "accuracy", "p50 s", "n", f"conf < {tau:g}", f"accuracy, conf >= {tau:g}"
+    )
+    for name, spec in sorted(new.experts.items()):
+        for skill, m in sorted(spec.measured.items()):
+            rated = [i for i in items if i.expert == name and i.skill == skill and i.confidence is not None]
+            sure = [i for i in rated if (i.confidence or 0.0) >= tau]
+            low = f"{1 - len(sure) / len(rated):.2f}" if rated else "-"
+            kept = f"{sum(i.correct for i in sure) / len(sure):.3f}" if sure else "-"
+            table.add_row(name, skill, f"{m.accuracy:.3f}", f"{m.p50_s:.3f}", str(m.n), low, kept)
+    Console().print(table)
+    typer.echo(f"wrote {target} ({len(items)} items, world seed {seed})")

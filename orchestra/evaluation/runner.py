@@ -25,9 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestra.answers import exact_match, numeric_match
 from orchestra.config import Params, ProviderSpec
 from orchestra.errors import OrchestraError
-from orchestra.evaluation.scoring import LLMJudge, exact_match, extract_answer, numeric_match, summarize
+from orchestra.evaluation.scoring import LLMJudge, extract_answer, summarize
 from orchestra.io import atomic_write_text, dir_digest, dump_json, record_dict
 from orchestra.schemas import Task, Trajectory, read_tasks_json
 

@@ -1,10 +1,11 @@
-"""The OmniGAIA scorer: answer extraction, exact match, the LLM judge, bootstrap intervals, the summary.
+"""The OmniGAIA scorer: answer extraction, the LLM judge, bootstrap intervals, the summary.
 
 The protocol is OmniGAIA's: the predicted answer is the last ``<answer>…</answer>`` block of the last
-assistant message (:func:`extract_answer`); exact match compares answers after :func:`normalize`
-(case and whitespace only, punctuation and number formats kept, so "Paris." is not "Paris"); the
-judge (:class:`LLMJudge`) asks a chat model whether the prediction is completely accurate.
-:func:`numeric_match` is our own extra, reported beside the protocol's scores, never in their place.
+assistant message (:func:`extract_answer`); exact match compares answers after
+:func:`orchestra.answers.normalize` (case and whitespace only, punctuation and number formats kept, so
+"Paris." is not "Paris"); the judge (:class:`LLMJudge`) asks a chat model whether the prediction is
+completely accurate. :func:`orchestra.answers.numeric_match` is our own extra, reported beside the
+protocol's scores, never in their place.
 :func:`summarize` turns a run's result items into the numbers the tables print: every item counts,
 one that could not run is wrong everywhere (never dropped from a denominator), each mean with a
 percentile-bootstrap interval.
@@ -12,7 +13,6 @@ percentile-bootstrap interval.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from orchestra.backends.chat import LMError, client_for
-from orchestra.backends.openai_backend import OpenAIClient
+from orchestra.answers import exact_match, normalize
 from orchestra.config import ProviderSpec
 from orchestra.errors import ConfigError
+from orchestra.lm.chat import LMError
+from orchestra.lm.clients import openai_client
 
 __all__ = [
     "CATEGORIES",
@@ -33,10 +34,7 @@ __all__ = [
     "LLMJudge",
     "Verdict",
     "bootstrap_ci",
-    "exact_match",
     "extract_answer",
-    "normalize",
-    "numeric_match",
     "parse_verdict",
     "summarize",
 ]
@@ -77,8 +75,6 @@ JUDGE_PROMPT = (
 )
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_WS = re.compile(r"\s+")
-_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?%?")
 _QUOTES = "\"'`\u2018\u2019\u201c\u201d"
 
 
@@ -110,36 +106,6 @@ def extract_answer(messages: Sequence[Mapping[str, Any]] | None, finish_answer: 
     if finish_answer and finish_answer.strip():
         return finish_answer.strip()
     return " ".join(text.split()[-TAIL_WORDS:])
-
-
-def normalize(text: str) -> str:
-    """Lowercase, every whitespace run (newlines and tabs included) one space, stripped; nothing else."""
-    return _WS.sub(" ", text.lower()).strip()
-
-
-def exact_match(pred: str, gold: str) -> int:
-    """1 if the normalised prediction equals the normalised gold answer; an empty prediction is 0."""
-    p = normalize(pred)
-    return int(bool(p) and p == normalize(gold))
-
-
-def _number(text: str) -> float | None:
-    s = text.strip()
-    if not _NUMBER.fullmatch(s) or not any(c.isdigit() for c in s):
-        return None
-    return float(s.rstrip("%").replace(",", ""))
-
-
-def numeric_match(pred: str, gold: str, rel_tol: float = 0.01, abs_tol: float = 1e-9) -> int:
-    """1 if both sides are one number each and ``math.isclose`` within the tolerances; else exact match.
-
-    A number may have thousands commas ("1,234"), a sign, decimals and a trailing % (dropped, not
-    divided: "12%" is 12). Not part of the protocol: a lenient extra reported beside exact match.
-    """
-    a, b = _number(pred), _number(gold)
-    if a is None or b is None:
-        return exact_match(pred, gold)
-    return int(math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol))
 
 
 # -- the LLM judge -----------------------------------------------------------------------------------
@@ -180,10 +146,7 @@ class LLMJudge:
     def __init__(self, spec: ProviderSpec) -> None:
         if spec.kind != "openai":
             raise ConfigError(f"the LLM judge needs an 'openai' provider, not a {spec.kind!r} one")
-        client = client_for(spec, JUDGE_TOKENS)
-        assert isinstance(client, OpenAIClient)  # kind openai
-        client.temperature = 0.0
-        self.client = client
+        self.client = openai_client(spec, JUDGE_TOKENS, temperature=0.0)
 
     def judge(self, question: str, prediction: str, gold: str) -> Verdict:
         """One verdict; an empty or exactly matching prediction is decided without a call. A failed call

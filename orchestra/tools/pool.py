@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestra.errors import OrchestraError
 from orchestra.tools.base import Observation, Tool, ToolWrapper, stand_in
+from orchestra.tools.loader import load_tool_class
 
 __all__ = ["PooledTool", "usable_cores", "worker_count"]
 
@@ -65,8 +66,6 @@ def _init_worker() -> None:
 
 
 def _work(spec: str, config: dict[str, Any], args: dict[str, Any]) -> Observation:
-    from orchestra.tools.registry import load_tool_class
-
     key = spec + json.dumps(config, sort_keys=True)
     tool = _TOOLS.get(key)
     if tool is None:

@@ -3,13 +3,13 @@ which perception tools the perception cache may serve."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestra.config import ToolParams
 from orchestra.errors import ToolError
 from orchestra.tools.base import Tool, ToolRegistry
+from orchestra.tools.loader import load_tool_class
 from orchestra.tools.pages import PAGES_FILE, PageStore
 
 if TYPE_CHECKING:
@@ -42,19 +42,6 @@ ACTION_TOOLS: tuple[str, ...] = (
     "orchestra.tools.browse:PageBrowser",
     "orchestra.tools.sandbox:CodeExecutor",
 )
-
-
-def load_tool_class(spec: str) -> type[Tool]:
-    """The Tool subclass named by ``"package.module:ClassName"``."""
-    module_name, _, class_name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ToolError(f"tool {spec}: cannot import {module_name}: {e}") from e
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Tool)):
-        raise ToolError(f"tool {spec}: {module_name} has no Tool class {class_name!r}")
-    return cls
 
 
 def tool_classes() -> list[type[Tool]]:

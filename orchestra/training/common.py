@@ -213,7 +213,7 @@ def generate(
     left padding."""
     import torch
 
-    from orchestra.backends.decoder import LeanDecoder, stop_tokens
+    from orchestra.lm.decoder import LeanDecoder, stop_tokens
 
     model.eval()
     ids = [

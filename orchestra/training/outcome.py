@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestra.backends.chat import ChatResult
+from orchestra.answers import answers_equal
 from orchestra.config import AgentParams, GRPOParams, Params
 from orchestra.errors import StageError
+from orchestra.lm.chat import ChatResult
 from orchestra.schemas import Task
 from orchestra.training.common import (
     RecipeRun,
@@ -25,7 +26,6 @@ from orchestra.training.common import (
 from orchestra.training.examples import PolicyView, load_samples, target_texts
 from orchestra.training.grpo import grpo_config
 from orchestra.training.policy import load_policy
-from orchestra.training.rewards import answers_equal
 from orchestra.training.sft import samples_path
 
 __all__ = ["SamplingChat", "answer_reward", "decision_prompt", "format_reward", "make_rollout", "train_grpo"]

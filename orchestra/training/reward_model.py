@@ -17,11 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestra.agent.decision import Action, Format, ParseError, parse_decision, render_decision, resolve
 from orchestra.agent.refs import ReferenceError_
 from orchestra.agent.state import OrchestraState, render_state, validation_context
+from orchestra.answers import answers_equal
 from orchestra.config import Params
 from orchestra.data.llm import JsonProvider, stage_provider
 from orchestra.errors import ReplyError
 from orchestra.schemas import Finish, MaestroSearch
-from orchestra.training.rewards import RubricScores, answers_equal, resolve_answer, rubric
+from orchestra.training.rewards import RubricScores, resolve_answer, rubric
 
 __all__ = ["LLMRubric", "RubricFn", "RubricReply", "credit_answer", "make_rubric"]
 

@@ -12,7 +12,6 @@ references, followed through the pairing of policy with expert nodes (:func:`_pa
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -32,6 +31,7 @@ from orchestra.agent.decision import (
 )
 from orchestra.agent.refs import REF_PATTERN, ReferenceError_, modal_key, next_subtask_id, substitute
 from orchestra.agent.state import OrchestraState, validation_context
+from orchestra.answers import answers_equal
 from orchestra.backends.base import BackendCard
 from orchestra.config import RubricWeights
 from orchestra.errors import ConfigError, OrchestraError
@@ -41,7 +41,6 @@ from orchestra.text import ValueFormatError, format_value
 __all__ = [
     "RewardError",
     "RubricScores",
-    "answers_equal",
     "decision_reward",
     "format_reward",
     "resolve_answer",
@@ -58,7 +57,6 @@ GOAL_NEAR = 0.6
 DEPENDENCY_SHARE = 0.4
 
 _SCORES = ("format", "validity", "tools", "decision")
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 
 class RewardError(OrchestraError):
@@ -138,10 +136,6 @@ class _Node:
     after: frozenset[str]  # same-batch ids it depends on
     goal: str  # whitespace-normalised, existing evidence references replaced by their values
     backend: str | None
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split()).casefold()
 
 
 def _values(state: OrchestraState) -> dict[str, str]:
@@ -308,22 +302,6 @@ def resolve_answer(answer: str, state: OrchestraState) -> str:
     return substitute(answer, _values(state))
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "") if _THOUSANDS.fullmatch(text) else text)
-    except ValueError:
-        return None
-
-
-def answers_equal(a: str, b: str) -> bool:
-    """Equal after whitespace and case normalisation, or both numbers and numerically equal."""
-    a, b = _norm(a), _norm(b)
-    if a == b:
-        return True
-    na, nb = _number(a), _number(b)
-    return na is not None and nb is not None and math.isclose(na, nb, rel_tol=1e-9, abs_tol=1e-12)
-
-
 def _duplicates(nodes: Sequence[_Node]) -> int:
     """How many nodes repeat an earlier one (same tools, inputs and goal, references followed)."""
     by_id = {n.id: n for n in nodes}
@@ -374,8 +352,8 @@ def decision_reward(action: Action, state: OrchestraState, expert: Action) -> fl
     """Decision quality in [0, 1] against the expert's decision for ``state``.
 
     Finish against finish: 1.0 if the two answers, resolved through the state's evidence values,
-    are equal (:func:`answers_equal`), else 0.0 (also for an answer naming no value). Finish against
-    delegate (either way): 0.0. Delegate against delegate: the harmonic mean of precision (pair
+    are equal (:func:`orchestra.answers.answers_equal`), else 0.0 (also for an answer naming no value).
+    Finish against delegate (either way): 0.0. Delegate against delegate: the harmonic mean of precision (pair
     credit per policy node) and recall (per expert node), scaled by ``1 - DEPENDENCY_SHARE *
     (1 - dependency score)``. A subset of the expert's batch (the same work over two turns) keeps
     precision and loses recall; an extra harmless node costs some precision; chaining independent

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestra.backends.chat import ChatResult, LMError
+from orchestra.lm.chat import ChatResult, LMError
 
 __all__ = ["GreedyBatches", "TransformersChat"]
 
@@ -80,7 +80,12 @@ class TransformersChat:
     """
 
     def __init__(
-        self, model_dir: str | Path, max_new_tokens: int = 256, seed: int = 0, max_batch: int = 32
+        self,
+        model_dir: str | Path,
+        max_new_tokens: int = 256,
+        seed: int = 0,
+        max_batch: int = 32,
+        temperature: float = 0.0,
     ) -> None:
         try:
             import torch
@@ -100,10 +105,10 @@ class TransformersChat:
         self.context_tokens: int | None = int(ctx) if isinstance(ctx, int) and ctx > 0 else None
         self.model_name = path.name
         self.max_new_tokens, self.seed = max_new_tokens, seed
-        self.temperature = 0.0  # > 0: sample (seeded by ``seed`` on every call), else greedy
+        self.temperature = temperature  # > 0: sample (seeded by ``seed`` on every call), else greedy
         self._torch = torch
         self._lock = threading.Lock()
-        from orchestra.backends.decoder import LeanDecoder, stop_tokens
+        from orchestra.lm.decoder import LeanDecoder, stop_tokens
 
         # greedy calls on a model it covers: the same tokens as generate(), without its per-token machinery
         self.lean = None if LeanDecoder.covers(self.model) else LeanDecoder(self.model)

@@ -1,0 +1,1 @@
+"""Chat models: the ChatClient seam, its OpenAI-compatible and transformers clients, their factory."""
