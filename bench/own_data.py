@@ -26,8 +26,8 @@ from pathlib import Path
 from orchestra.config import load_params
 from orchestra.data.decisions import seed_splits
 from orchestra.io import read_jsonl
+from orchestra.pipeline.run import run_stage
 from orchestra.schemas import ReferenceSolution, Task, read_tasks_json, write_tasks_json
-from orchestra.stages import run_stage
 
 STAGES = ("seed_tasks", "anchor_facts", "rewrite_candidates", "verified_samples")
 LATER = ("expert_trajectories", "decision_samples")

@@ -6,23 +6,7 @@ import os
 
 import dagster as dg
 
-from dagster_project.assets import (
-    TRAINING,
-    anchor_facts,
-    benchmark_scores,
-    decision_samples,
-    decision_samples_are_valid,
-    expert_trajectories,
-    policy_dagrpo,
-    policy_grpo,
-    policy_sft,
-    report,
-    rewrite_candidates,
-    seed_tasks,
-    verified_samples,
-    verified_samples_are_clean,
-    verified_samples_pass_the_suite,
-)
+from dagster_project.assets import ASSETS, CHECKS, TRAINING
 from dagster_project.automation import (
     data_job,
     full_pipeline,
@@ -59,20 +43,8 @@ def _executor() -> dg.ExecutorDefinition:
 
 
 defs = dg.Definitions(
-    assets=[
-        seed_tasks,
-        anchor_facts,
-        rewrite_candidates,
-        verified_samples,
-        expert_trajectories,
-        decision_samples,
-        policy_sft,
-        policy_dagrpo,
-        policy_grpo,
-        benchmark_scores,
-        report,
-    ],
-    asset_checks=[verified_samples_are_clean, verified_samples_pass_the_suite, decision_samples_are_valid],
+    assets=list(ASSETS.values()),
+    asset_checks=CHECKS,
     jobs=[data_job, train_eval_job, full_pipeline],
     schedules=[weekly_retraining],
     sensors=[incoming_seeds],

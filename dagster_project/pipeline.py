@@ -2,7 +2,7 @@
 stage's time. A stage is up to date when its lineage record (orchestra.lineage) matches its params,
 code and inputs; a stale stage runs with everything downstream of it (each of those is skipped again
 at run time when its inputs came out the same). Nothing stale: no run at all. Either way the stages that
-are up to date are then recorded in DVC's ``dvc.lock`` (orchestra.dvc_record), so ``dvc status`` agrees."""
+are up to date are then recorded in DVC's ``dvc.lock`` (orchestra.pipeline.dvc), so ``dvc status`` agrees."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from pathlib import Path
 from dagster_project.cluster import load_state
 from dagster_project.cluster_services import CELERY_CONFIG, ClusterError, check_reachable
 from orchestra.config import Params, data_root, load_params
-from orchestra.dvc_record import record_in_dvc
 from orchestra.errors import OrchestraError
 from orchestra.evaluation.ladder import shard_keys
-from orchestra.lineage import DEPS, stale
+from orchestra.pipeline.dvc import record_in_dvc
+from orchestra.pipeline.run import stale
+from orchestra.stages import STAGES
 
 
 def _stage_seconds(names: list[str]) -> dict[str, float]:
@@ -49,16 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params = load_params(args.params)
         root = data_root(args.params, params)
-        todo = list(DEPS) if args.all else stale(params, root)
+        todo = list(STAGES) if args.all else stale(params, root)
         if args.cluster:
             _join_cluster(args.cluster, Path(args.params))
     except OrchestraError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for name in DEPS:
+    for name in STAGES:
         print(f"  {name:<20} {'to run' if name in todo else 'up to date'}")
     if not todo:
-        print(f"every asset is up to date ({len(DEPS)} of {len(DEPS)}): nothing recomputed")
+        print(f"every asset is up to date ({len(STAGES)} of {len(STAGES)}): nothing recomputed")
         return _record_in_dvc(args.params, params, root)
     os.environ["ORCHESTRA_PARAMS"] = str(Path(args.params).resolve())
     t0 = time.perf_counter()
@@ -133,7 +134,7 @@ def _record_in_dvc(params_path: str, params: Params, root: Path) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if names:
-        print(f"dvc.lock records {len(names)} of {len(DEPS)} stages as built (dvc status, dvc push)")
+        print(f"dvc.lock records {len(names)} of {len(STAGES)} stages as built (dvc status, dvc push)")
     return 0
 
 

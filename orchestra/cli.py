@@ -61,7 +61,7 @@ def report(
     """The papers' tables on the embedded benchmark: run benchmark_scores (every row of eval.rows),
     then report (data/report/report.md, plots, an MLflow run); print the Markdown."""
     from orchestra.config import data_root, load_params
-    from orchestra.stages import run_stage
+    from orchestra.pipeline.run import run_stage
 
     try:
         params = load_params(params_file)
@@ -85,7 +85,7 @@ def stage(
     """Run one pipeline stage outside Dagster (this is what each DVC stage calls); a stage whose
     lineage record matches its params, code and inputs is not recomputed."""
     from orchestra.config import data_root, load_params
-    from orchestra.stages import run_stage
+    from orchestra.pipeline.run import run_stage
 
     try:
         params = load_params(params_file)
@@ -95,6 +95,22 @@ def stage(
     except OrchestraError as e:
         raise fail(e) from e
     typer.echo(json.dumps(meta, indent=2, ensure_ascii=False))
+
+
+@app.command("dvc-yaml")
+def dvc_yaml(
+    write: Path = typer.Option(None, "--write", help="write it to this file (dvc.yaml), not to stdout"),
+) -> None:
+    """dvc.yaml as the stage table (orchestra/stages.py) says: one DVC stage per pipeline stage, with what
+    it reads, its params and its outputs."""
+    from orchestra.io import atomic_write_text
+    from orchestra.pipeline.dvc import dvc_yaml as render
+
+    if write is None:
+        typer.echo(render(), nl=False)
+    else:
+        atomic_write_text(write, render())
+        typer.echo(f"wrote {write}")
 
 
 @app.command("train")
@@ -109,7 +125,7 @@ def train(
     validation metrics, MLflow run id."""
     from orchestra.config import data_root, load_params
     from orchestra.errors import StageError
-    from orchestra.stages import run_stage
+    from orchestra.pipeline.run import run_stage
 
     try:
         if recipe not in ("sft", "grpo", "dagrpo"):
@@ -134,8 +150,8 @@ def audit(
     from rich.console import Console
     from rich.table import Table
 
-    from orchestra.audit import audit as run_audit
     from orchestra.config import data_root, load_params
+    from orchestra.pipeline.audit import audit as run_audit
 
     try:
         params = load_params(params_file)

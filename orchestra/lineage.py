@@ -11,146 +11,28 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Container, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orchestra
 from orchestra.config import Params
 from orchestra.data.sources import DATASET_SOURCES, dataset_files
+from orchestra.data.store import RUN_DIR
 from orchestra.io import atomic_write_text, dump_json
+from orchestra.stages import Stage
 
 __all__ = [
-    "DEPS",
     "LINEAGE_FILE",
-    "StageDeps",
     "dir_md5",
     "fingerprint",
     "read_record",
     "record",
-    "stale",
     "up_to_date",
 ]
 
 LINEAGE_FILE = "lineage.json"
-#: the project folder the ``code`` paths of :data:`DEPS` are relative to (the orchestra package's parent)
+#: the project folder the ``code`` paths of the stage table are relative to (the orchestra package's parent)
 CODE_ROOT = Path(orchestra.__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class StageDeps:
-    """What one stage reads: upstream stage outputs, params keys (dotted), code paths."""
-
-    upstream: tuple[str, ...]
-    params: tuple[str, ...]
-    code: tuple[str, ...]
-
-
-_EVAL_CODE = ("orchestra/evaluation", "orchestra/agent", "orchestra/backends", "orchestra/tools")
-_EVAL_CODE += ("orchestra/lm", "orchestra/answers.py")
-#: a recipe that runs a policy end to end (outcome rollouts, the policy's own states relabelled)
-_ROLLOUT_CODE = ("orchestra/training", "orchestra/agent", "orchestra/backends", "orchestra/tools")
-_ROLLOUT_CODE += ("orchestra/lm", "orchestra/answers.py")
-_ROLLOUT_CODE += ("orchestra/data/decisions.py", "orchestra/data/trajectories.py")
-#: One entry per stage, in lineage order; dvc.yaml's deps and params say the same (tests/test_dvc.py).
-DEPS: dict[str, StageDeps] = {
-    "seed_tasks": StageDeps(
-        (),
-        ("seed",),
-        ("orchestra/data/seeds.py", "orchestra/data/sources.py", "orchestra/schemas.py")
-        + ("orchestra/resources/omnigaia", "orchestra/world"),
-    ),
-    "anchor_facts": StageDeps(
-        ("seed_tasks",),
-        ("anchors", "agent", "tools", "providers"),
-        (
-            "orchestra/data/anchors.py",
-            "orchestra/data/recheck.py",
-            "orchestra/data/reference.py",
-            "orchestra/data/llm.py",
-            "orchestra/agent",
-            "orchestra/answers.py",
-            "orchestra/backends",
-            "orchestra/lm",
-            "orchestra/tools",
-            "orchestra/resources/registry",
-        ),
-    ),
-    "rewrite_candidates": StageDeps(
-        ("seed_tasks", "anchor_facts"),
-        (
-            "rewrite",
-            "verify.similarity_metric",
-            "verify.max_lexical_similarity",
-            "agent",
-            "tools",
-            "providers",
-        ),
-        (
-            "orchestra/data/candidates.py",
-            "orchestra/data/recheck.py",
-            "orchestra/data/rewrite.py",
-            "orchestra/data/reference.py",
-            "orchestra/data/program.py",
-            "orchestra/data/phrases.py",
-            "orchestra/data/report.py",
-            "orchestra/data/llm.py",
-            "orchestra/resources/registry",
-        ),
-    ),
-    "verified_samples": StageDeps(
-        ("seed_tasks", "anchor_facts", "rewrite_candidates"),
-        ("verify", "decisions.split", "decisions.seed", "tools", "providers"),
-        (
-            "orchestra/data/verified.py",
-            "orchestra/data/reference.py",
-            "orchestra/data/verify.py",
-            "orchestra/data/verify_bypass.py",
-            "orchestra/data/verify_judge.py",
-            "orchestra/data/llm.py",
-            "orchestra/data/verify_rederive.py",
-            "orchestra/data/expectations.py",
-        ),
-    ),
-    "expert_trajectories": StageDeps(
-        ("seed_tasks", "verified_samples"),
-        ("agent", "tools", "providers"),
-        ("orchestra/data/trajectories.py", "orchestra/agent", "orchestra/backends")
-        + ("orchestra/lm", "orchestra/resources/registry"),
-    ),
-    "decision_samples": StageDeps(
-        ("verified_samples", "expert_trajectories"),
-        ("decisions", "agent"),
-        ("orchestra/data/decisions.py", "orchestra/data/trajectories.py"),
-    ),
-    "policy_sft": StageDeps(  # train.sft.states both: the start policy's rollouts, relabelled
-        ("seed_tasks", "verified_samples", "decision_samples"),
-        ("train.seed", "train.policy", "train.sft", "agent", "tools", "eval.max_turns", "eval.concurrency")
-        + ("tracking",),
-        _ROLLOUT_CODE,
-    ),
-    "policy_dagrpo": StageDeps(  # train.dagrpo.states policy/both: the same; answer_credit: the labels
-        ("seed_tasks", "verified_samples", "decision_samples", "policy_sft"),
-        ("train.seed", "train.dagrpo", "agent", "providers", "tools", "eval.max_turns", "eval.concurrency")
-        + ("tracking",),
-        _ROLLOUT_CODE,
-    ),
-    "policy_grpo": StageDeps(
-        ("seed_tasks", "verified_samples", "decision_samples", "policy_sft"),
-        ("train.seed", "train.grpo", "agent", "tools", "tracking"),
-        _ROLLOUT_CODE,
-    ),
-    "benchmark_scores": StageDeps(
-        ("seed_tasks", "verified_samples", "policy_sft", "policy_dagrpo", "policy_grpo"),
-        ("eval", "agent", "tools", "train.seed"),
-        _EVAL_CODE,
-    ),
-    "report": StageDeps(
-        ("benchmark_scores", "policy_dagrpo", "policy_grpo"),
-        ("tracking",),
-        ("orchestra/evaluation",),
-    ),
-}
 
 
 def _file_md5(path: Path) -> str:
@@ -162,15 +44,18 @@ def _file_md5(path: Path) -> str:
 
 
 def dir_md5(path: Path, exclude: Container[str] = ()) -> str:
-    """The hash DVC gives a folder output (md5 of its sorted ``[{md5, relpath}]`` listing, ``.dir``);
-    ``exclude``: relative paths left out. ``"missing"`` when there is no folder."""
+    """The hash DVC gives a folder output (md5 of its sorted ``[{md5, relpath}]`` listing, ``.dir``),
+    without the run records (every folder named :data:`RUN_DIR`, which DVC ignores too); ``exclude``:
+    more relative paths left out. ``"missing"`` when there is no folder."""
     path = Path(path)
     if not path.is_dir():
         return "missing"
     entries = [
         {"md5": _file_md5(f), "relpath": rel}
         for f in path.rglob("*")
-        if f.is_file() and (rel := f.relative_to(path).as_posix()) not in exclude
+        if f.is_file()
+        and (rel := f.relative_to(path).as_posix()) not in exclude
+        and RUN_DIR not in rel.split("/")[:-1]
     ]
     entries.sort(key=lambda e: e["relpath"])
     listing = json.dumps(entries, sort_keys=True).encode("utf-8")
@@ -216,14 +101,13 @@ def _external(name: str, params: Params, root: Path) -> dict[str, str]:
     return out
 
 
-def fingerprint(name: str, params: Params, root: Path) -> dict[str, Any]:
-    """What stage ``name`` would read now; ``digest`` names the whole of it."""
-    deps = DEPS[name]
+def fingerprint(stage: Stage, params: Params, root: Path) -> dict[str, Any]:
+    """What ``stage`` would read now; ``digest`` names the whole of it."""
     out: dict[str, Any] = {
-        "params": _params_subset(params, deps.params),
-        "code": _code_digest(deps.code),
-        "inputs": {up: dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in deps.upstream},
-        "external": _external(name, params, root),
+        "params": _params_subset(params, stage.params),
+        "code": _code_digest(stage.code),
+        "inputs": {up: dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in stage.upstream},
+        "external": _external(stage.name, params, root),
     }
     out["digest"] = hashlib.sha256(dump_json(out).encode("utf-8")).hexdigest()
     return out
@@ -252,21 +136,12 @@ def record(name: str, root: Path, fp: Mapping[str, Any], summary: Mapping[str, A
     return rec
 
 
-def up_to_date(name: str, params: Params, root: Path) -> dict[str, Any] | None:
-    """The record of ``name`` when its output was built from what it would read now and is unchanged
+def up_to_date(stage: Stage, params: Params, root: Path) -> dict[str, Any] | None:
+    """The record of ``stage`` when its output was built from what it would read now and is unchanged
     since; ``None`` when it must run."""
-    rec = read_record(root, name)
-    if rec is None or rec.get("digest") != fingerprint(name, params, root)["digest"]:
+    rec = read_record(root, stage.name)
+    if rec is None or rec.get("digest") != fingerprint(stage, params, root)["digest"]:
         return None
-    if rec.get("outputs") != dir_md5(Path(root) / name, exclude=(LINEAGE_FILE,)):
+    if rec.get("outputs") != dir_md5(Path(root) / stage.name, exclude=(LINEAGE_FILE,)):
         return None  # edited or cut short after it was built
     return rec
-
-
-def stale(params: Params, root: Path) -> list[str]:
-    """The stages to run, in lineage order: those not up to date and everything downstream of them."""
-    out: list[str] = []
-    for name, deps in DEPS.items():
-        if any(up in out for up in deps.upstream) or up_to_date(name, params, root) is None:
-            out.append(name)
-    return out

@@ -165,30 +165,26 @@ def schemas_page() -> str:
 
 def assets_page() -> str:
     from dagster_project.definitions import defs
-    from orchestra.lineage import DEPS
+    from orchestra.stages import STAGES
 
-    graph = defs.resolve_asset_graph()
+    graph = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     lines = [
-        "# Dagster assets",
+        "# Stages and Dagster assets",
         "",
-        "The code location `dagster_project.definitions`: each asset, its group, what it depends on, and "
-        "the checks on it (blocking checks stop what is downstream).",
+        "The stage table (`orchestra/stages.py`): each stage is one Dagster asset of the code location "
+        "`dagster_project.definitions`, one DVC stage of `dvc.yaml` and one folder `data/<stage>/`. What "
+        "it reads (upstream stages and params keys; reading another key is an error), its group, and the "
+        "checks on it (blocking checks stop what is downstream).",
         "",
-        "| asset | group | depends on | checks | description |",
-        "|---|---|---|---|---|",
+        "| stage | group | reads | params | checks | description |",
+        "|---|---|---|---|---|---|",
     ]
-    checks: dict[str, list[str]] = {}
-    for check in defs.asset_checks or []:
-        for spec in check.check_specs:  # type: ignore[union-attr]
-            blocking = " (blocking)" if spec.blocking else ""
-            checks.setdefault(spec.asset_key.to_user_string(), []).append(f"`{spec.name}`{blocking}")
-    order = {name: i for i, name in enumerate(DEPS)}
-    for key in sorted(graph.get_all_asset_keys(), key=lambda k: order.get(k.to_user_string(), len(order))):
-        node = graph.get(key)
-        name = key.to_user_string()
-        deps = ", ".join(f"`{p.to_user_string()}`" for p in sorted(node.parent_keys)) or "-"
-        desc = (node.description or "").strip().split("\n\n")[0]
-        cells = [f"`{name}`", node.group_name, deps, ", ".join(checks.get(name, [])) or "-", desc]
+    for name, stage in STAGES.items():
+        assert name in graph, name  # the code location is made from the same table
+        checks = ", ".join(f"`{c.name}` (blocking)" for c in stage.checks) or "-"
+        reads = ", ".join(f"`{u}`" for u in stage.upstream) or "-"
+        params = ", ".join(f"`{k}`" for k in stage.params)
+        cells = [f"`{name}`", stage.group, reads, params, checks, stage.description]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     jobs = ", ".join(f"`{j.name}`" for j in defs.jobs or [])  # type: ignore[union-attr]
     lines.extend(["", f"Jobs: {jobs}. Schedule: `weekly_retraining`. Sensor: `incoming_seeds`."])

@@ -9,9 +9,10 @@ import dagster as dg
 import yaml
 from conftest import TINY_EVAL
 
-from dagster_project.assets import seed_tasks
+from dagster_project.assets import ASSETS
 from dagster_project.definitions import defs
 from dagster_project.resources import ParamsResource
+from orchestra.data.store import read_run_record
 from orchestra.evaluation.report import LADDER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +22,28 @@ def test_definitions_load() -> None:
     dg.Definitions.validate_loadable(defs)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert {"seed_tasks", "anchor_facts", "rewrite_candidates"} <= keys
+
+
+def test_the_dagster_graph_is_the_stage_table() -> None:
+    """Each row of the stage table is an asset depending on exactly what the row reads, in its group, with
+    its partitions, op tags and blocking checks; nothing else is an asset or a check."""
+    from orchestra.stages import STAGES
+
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == set(STAGES)
+    checks = {
+        (spec.asset_key.to_user_string(), spec.name, spec.blocking)
+        for c in defs.asset_checks or []
+        for spec in c.check_specs  # type: ignore[union-attr]
+    }
+    assert checks == {(n, c.name, True) for n, s in STAGES.items() for c in s.checks}
+    for name, stage in STAGES.items():
+        node = graph.get(dg.AssetKey(name))
+        assert {p.to_user_string() for p in node.parent_keys} == set(stage.upstream), name
+        assert node.group_name == stage.group and (node.partitions_def is not None) == stage.sharded, name
+        asset = defs.resolve_assets_def(name)
+        assert (asset.op.tags.get("orchestra/cores") == "torch") == stage.all_cores, name
+        assert asset.descriptions_by_key[dg.AssetKey(name)] == stage.description
 
 
 def _params_file(tmp_path: Path, **seed: object) -> Path:
@@ -33,7 +56,7 @@ def _params_file(tmp_path: Path, **seed: object) -> Path:
 
 def test_seed_tasks_materializes_omnigaia(tmp_path: Path) -> None:
     params = _params_file(tmp_path, source="omnigaia", limit=None)
-    result = dg.materialize([seed_tasks], resources={"params": ParamsResource(path=str(params))})
+    result = dg.materialize([ASSETS["seed_tasks"]], resources={"params": ParamsResource(path=str(params))})
     assert result.success
     out = tmp_path / "data" / "seed_tasks"
     tasks = json.loads((out / "tasks.json").read_text())
@@ -46,13 +69,13 @@ def test_seed_tasks_materializes_omnigaia(tmp_path: Path) -> None:
 def test_failed_materialization_keeps_previous_output(tmp_path: Path) -> None:
     params = _params_file(tmp_path, source="omnigaia", limit=5)
     resources = {"params": ParamsResource(path=str(params))}
-    assert dg.materialize([seed_tasks], resources=resources).success
+    assert dg.materialize([ASSETS["seed_tasks"]], resources=resources).success
     out = tmp_path / "data" / "seed_tasks" / "tasks.json"
     before = out.read_bytes()
     broken = tmp_path / "broken.json"
     broken.write_text('[{"id": 1}]')
     _params_file(tmp_path, source="omnigaia_file", path=str(broken))
-    result = dg.materialize([seed_tasks], resources=resources, raise_on_error=False)
+    result = dg.materialize([ASSETS["seed_tasks"]], resources=resources, raise_on_error=False)
     assert not result.success
     assert out.read_bytes() == before
 
@@ -63,7 +86,7 @@ def test_seed_tasks_materializes_the_world_by_default(tmp_path: Path) -> None:
     assert data["seed"]["source"] == "world"
     data["seed"]["world"].update(n_seeds=8, n_entities=30)
     params.write_text(yaml.safe_dump(data))
-    result = dg.materialize([seed_tasks], resources={"params": ParamsResource(path=str(params))})
+    result = dg.materialize([ASSETS["seed_tasks"]], resources={"params": ParamsResource(path=str(params))})
     assert result.success
     out = tmp_path / "data" / "seed_tasks"
     tasks = json.loads((out / "tasks.json").read_text())
@@ -160,7 +183,7 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
     ok_suite, detail = check_kept_with_suite(tmp_path / "data", load_params(params))
     assert not ok_suite and "4/5" in detail, detail
     verified.write_bytes(kept)
-    sft = json.loads((tmp_path / "data" / "policy_sft" / "summary.json").read_text())["mlflow_run_id"]
+    sft = read_run_record(tmp_path / "data", "policy_sft")["mlflow_run_id"]
     client.delete_run(sft)
     gone = _audit(params)
     assert gone.returncode == 1 and f"run {sft} was deleted" in gone.stdout, gone.stdout

@@ -12,6 +12,7 @@ import yaml
 from conftest import TINY_EVAL
 
 from orchestra import lineage
+from orchestra.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = ROOT / ".venv-dvc" / "bin" / "dvc"
@@ -64,7 +65,7 @@ def test_dvc_repro_builds_then_is_up_to_date(project_copy: Path) -> None:
     first = dvc("repro")
     assert "Running stage 'seed_tasks'" in first
     lock = yaml.safe_load((project_copy / "dvc.lock").read_text())["stages"]
-    for name in lineage.DEPS:  # DVC's hash of each output is the one the lineage records and Dagster shows
+    for name in STAGES:  # DVC's hash of each output is the one the lineage records and Dagster shows
         (out,) = [o for o in lock[name]["outs"] if o["path"] == f"data/{name}"]
         assert out["md5"] == lineage.dir_md5(project_copy / out["path"]), name
     assert (project_copy / "data" / "seed_tasks" / "tasks.json").is_file()
@@ -130,7 +131,7 @@ def test_a_dagster_run_leaves_dvc_clean_and_a_clone_pulls_its_outputs(
     (project_copy / ".venv-dvc").symlink_to(ROOT / ".venv-dvc")
     python = str(ROOT / ".venv" / "bin" / "python")
     built = _run([python, "-m", "dagster_project.pipeline"], project_copy, env)
-    assert f"dvc.lock records {len(lineage.DEPS)} of {len(lineage.DEPS)} stages" in built, built
+    assert f"dvc.lock records {len(STAGES)} of {len(STAGES)} stages" in built, built
     status = json.loads(_run([str(DVC), "status", "--json"], project_copy, env))
     assert status == {}, status
     repro = _run([str(DVC), "repro"], project_copy, env)
@@ -149,7 +150,7 @@ def test_a_dagster_run_leaves_dvc_clean_and_a_clone_pulls_its_outputs(
     remote = str(project_copy / ".dvc-remote")  # the shared remote (an object store for a team)
     _run([str(DVC), "remote", "modify", "--local", "local", "url", remote], clone, env)
     _run([str(DVC), "pull"], clone, env)
-    for name in lineage.DEPS:
+    for name in STAGES:
         recorded = json.loads((project_copy / "data" / name / lineage.LINEAGE_FILE).read_text())["outputs"]
         assert lineage.dir_md5(clone / "data" / name, exclude=(lineage.LINEAGE_FILE,)) == recorded, name
     shared = {**env, "ORCHESTRA_MLFLOW_URI": f"sqlite:///{project_copy / 'mlflow.db'}"}

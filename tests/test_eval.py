@@ -16,7 +16,7 @@ import pytest
 
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
-from orchestra.evaluation.report import LADDER, flat_metrics, markdown_report
+from orchestra.evaluation.report import LADDER, flat_metrics, markdown_report, timing_report
 from orchestra.evaluation.runner import EvalConfig, EvalError, load_items, run_eval
 from orchestra.evaluation.scoring import extract_answer
 from orchestra.io import atomic_write_text
@@ -122,7 +122,7 @@ def test_a_killed_eval_resumes_to_the_summary_of_an_uninterrupted_one(
 
 
 def _scores() -> dict[str, Any]:
-    def summary(em: float, p50: float, system: str, policy: str, label: str) -> dict[str, Any]:
+    def summary(em: float, system: str, policy: str, label: str) -> dict[str, Any]:
         block = {"mean": em, "ci": [max(0.0, em - 0.1), min(1.0, em + 0.1)]}
         lv = {"n": 2, "em": block, "judge": None, "numeric": block}
         return {
@@ -130,14 +130,14 @@ def _scores() -> dict[str, Any]:
             "accuracy": {"em": block, "judge": None, "numeric": block},
             "by_level": {"Easy": lv, "Hard": lv}, "by_category": {"Sports": lv, "Technology": lv},
             "by_task_type": {}, "avg_tool_calls": 3.0, "non_empty_ratio": 1.0,
-            "latency_s": {"p50": p50, "p95": p50 * 2}, "tokens": {"total": 40, "mean": 10.0},
+            "tokens": {"total": 40, "mean": 10.0},
             "cost": {"total": 0.04, "mean": 0.01}, "not_run": {"count": 0, "items": []},
         }  # fmt: skip
 
     return {
-        "linear_oracle": summary(1.0, 3.0, "linear", "oracle", "linear + oracle"),
-        "orchestra_oracle": summary(1.0, 2.0, "orchestra", "oracle", "orchestra + oracle (upper bound)"),
-        "orchestra_sft": summary(0.25, 1.0, "orchestra", "sft", "orchestra + SFT"),
+        "linear_oracle": summary(1.0, "linear", "oracle", "linear + oracle"),
+        "orchestra_oracle": summary(1.0, "orchestra", "oracle", "orchestra + oracle (upper bound)"),
+        "orchestra_sft": summary(0.25, "orchestra", "sft", "orchestra + SFT"),
     }
 
 
@@ -146,8 +146,15 @@ def test_the_report_tables_show_every_row_with_intervals_levels_and_the_speedup(
     assert "| orchestra + SFT | orchestra | sft | 25.0 [15.0, 35.0] | 25.0 [15.0, 35.0] | - |" in text
     assert "Tech. (n=2)" in text and "Sport (n=2)" in text
     assert text.index("Tech. (n=2)") < text.index("Sport (n=2)")  # OmniGAIA's column order
-    assert "| oracle | 100.0 | 100.0 | 3.00 | 2.00 | 1.50x |" in text
-    assert "upper bound" in text
+    assert "| oracle | 100.0 | 100.0 | 3.0 | 3.0 |" in text and "upper bound" in text
+    assert "latency" not in text.split("\n\n", 2)[2]  # the clock is in the run record's timing page
+    timing = {
+        "linear_oracle": {"wall_s": 9.0, "latency_s": {"p50": 3.0, "p95": 6.0}},
+        "orchestra_oracle": {"wall_s": 6.0, "latency_s": {"p50": 2.0, "p95": 4.0}},
+    }
+    page = timing_report(_scores(), timing)
+    assert "| linear + oracle | 3.00 / 6.00 | 9.0 |" in page and "| orchestra + SFT | - | - |" in page
+    assert "| oracle | 3.00 | 2.00 | 1.50x |" in page
     flat = flat_metrics(_scores())
     assert flat["orchestra_sft"]["em"] == 0.25 and flat["orchestra_sft"]["em_easy"] == 0.25
     assert "em_medium" not in flat["orchestra_sft"]
@@ -215,7 +222,8 @@ def test_ladder_units_in_worker_processes_match_one_process_and_a_failing_row_ke
         assert eval_workers(params, 6) == workers
         root = _ladder_root(built, tmp_path, f"w{workers}")
         meta = build_benchmark_scores(params, root, key="k")
-        assert meta["complete"] and meta["shards_run"] == [0, 1] and meta["tasks"] == 4
+        assert meta["complete"] and meta["run"]["shards_run"] == [0, 1] and meta["tasks"] == 4
+        assert set(meta["run"]["timing"]) == set(rows)  # each row's latency, in the run record
         outs[workers] = {
             r: [
                 (i["id"], i["predicted_answer"], i["em_score"])

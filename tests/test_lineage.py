@@ -11,7 +11,8 @@ import yaml
 from orchestra import lineage
 from orchestra.config import load_params
 from orchestra.errors import StageError
-from orchestra.stages import run_stage
+from orchestra.pipeline.run import run_stage, stale
+from orchestra.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,9 +53,9 @@ def test_a_stage_is_not_recomputed_until_its_params_inputs_or_output_change(tmp_
     second = run_stage("seed_tasks", params, root)
     assert second["up_to_date"] is True and second["rows"] == 20
     assert tasks.stat().st_mtime_ns == mtime  # nothing was rewritten
-    assert lineage.stale(params, root)[0] == "anchor_facts"  # and everything after it
+    assert stale(params, root)[0] == "anchor_facts"  # and everything after it
     tasks.write_text(tasks.read_text()[:-3])  # edited after it was built: runs again
-    assert lineage.up_to_date("seed_tasks", params, root) is None
+    assert lineage.up_to_date(STAGES["seed_tasks"], params, root) is None
     assert run_stage("seed_tasks", params, root)["up_to_date"] is False
     assert run_stage("seed_tasks", params, root, force=True)["up_to_date"] is False
     other = params.model_copy(update={"seed": params.seed.model_copy(update={"limit": 21})})
@@ -83,7 +84,7 @@ def test_incoming_seed_files_join_the_seeds_once_and_bad_ones_are_refused(tmp_pa
     (inbox / "media").mkdir(parents=True)
     (inbox / "media" / "new.png").write_bytes(b"\x89PNG fake bytes")
     (inbox / "batch1.json").write_text(json.dumps([_task("user-1", "new.png")]))
-    assert lineage.up_to_date("seed_tasks", params, root) is None  # a new file is a new input
+    assert lineage.up_to_date(STAGES["seed_tasks"], params, root) is None  # a new file is a new input
     meta = run_stage("seed_tasks", params, root)
     assert (meta["rows"], meta["incoming_files"], meta["incoming_tasks"]) == (21, 1, 1)
     assert (root / "seed_tasks" / "media" / "new.png").read_bytes() == b"\x89PNG fake bytes"
@@ -102,16 +103,21 @@ def test_incoming_seed_files_join_the_seeds_once_and_bad_ones_are_refused(tmp_pa
     assert (root / "seed_tasks" / "tasks.json").read_bytes() == before  # nothing already written is lost
 
 
-def test_the_lineage_table_says_what_dvc_yaml_says() -> None:
+def test_dvc_yaml_is_the_stage_table() -> None:
+    """dvc.yaml is generated from the stage table (`orchestra dvc-yaml --write dvc.yaml`) and says what it
+    says: each stage's upstream outputs, code and params; every code path exists."""
+    from orchestra.pipeline.dvc import dvc_yaml
+
+    assert (ROOT / "dvc.yaml").read_text() == dvc_yaml(), "run: .venv/bin/orchestra dvc-yaml --write dvc.yaml"
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    assert list(stages) == list(lineage.DEPS)
-    for name, deps in lineage.DEPS.items():
+    assert list(stages) == list(STAGES)
+    for name, stage in STAGES.items():
         dvc_deps = stages[name]["deps"]
         data = [d.removeprefix("data/") for d in dvc_deps if d.startswith("data/") and d != "data/incoming"]
-        assert tuple(data) == deps.upstream, name
-        assert tuple(d for d in dvc_deps if not d.startswith("data/")) == deps.code, name
-        assert tuple(stages[name]["params"]) == deps.params, name
-        for path in deps.code:
+        assert tuple(data) == stage.upstream, name
+        assert tuple(d for d in dvc_deps if not d.startswith("data/")) == stage.code, name
+        assert tuple(stages[name]["params"]) == stage.params, name
+        for path in stage.code:
             assert (ROOT / path).exists(), path
 
 
@@ -148,7 +154,7 @@ def test_jobs_schedule_and_executor() -> None:
     assert {j.name for j in defs.jobs or []} >= {"data_job", "train_eval_job", "full_pipeline"}
     data = defs.resolve_job_def("data_job")
     assert {k.to_user_string() for k in data.asset_layer.executable_asset_keys} == {
-        n for n in lineage.DEPS if not n.startswith(("policy_", "benchmark", "report"))
+        n for n, stage in STAGES.items() if stage.group == "data"
     }
     assert weekly_retraining.default_status == dg.DefaultScheduleStatus.STOPPED  # schedule.retrain: false
     ctx = dg.build_schedule_context(scheduled_execution_time=datetime.datetime(2026, 12, 7, 3))

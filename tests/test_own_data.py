@@ -22,6 +22,7 @@ from orchestra.data.trajectories import check_decision_samples
 from orchestra.data.verified import check_kept_with_suite, check_verified
 from orchestra.errors import StageError
 from orchestra.io import read_jsonl
+from orchestra.pipeline.run import run_stage
 from orchestra.schemas import (
     AnchorFact,
     DecisionSample,
@@ -33,7 +34,6 @@ from orchestra.schemas import (
     read_tasks_json,
     write_tasks_json,
 )
-from orchestra.stages import run_stage
 
 #: the small world's seeds the builtin tools answer from their media alone (no wiki lookup)
 OWN = ("w7-0001", "w7-0003", "w7-0004", "w7-0010", "w7-0013", "w7-0016", "w7-0018", "w7-0022")

@@ -16,8 +16,8 @@ from PIL import Image
 from orchestra.agent.serve import ScriptedResponder, start_server
 from orchestra.config import Params
 from orchestra.io import read_jsonl
+from orchestra.pipeline.run import run_stage
 from orchestra.schemas import DecisionSample, ReferenceSolution, SubtaskStep, read_tasks_json
-from orchestra.stages import run_stage
 
 SEER = {"kind": "openai", "provider": "llm", "skills": {"counting": 0.95, "video_temporal": 0.9},
         "description": "a vision-language model: reads images and video frames"}  # fmt: skip

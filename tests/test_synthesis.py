@@ -10,6 +10,7 @@ from orchestra.data.anchors import build_anchor_facts
 from orchestra.data.candidates import build_rewrite_candidates
 from orchestra.data.decisions import seed_splits
 from orchestra.data.program import level_of
+from orchestra.data.store import run_dir
 from orchestra.data.trajectories import (
     build_decision_samples,
     build_expert_trajectories,
@@ -137,7 +138,9 @@ def test_verified_samples_funnel_ge_report_and_benchmark(built: tuple[Path, str]
         for s in kept
     )
     assert all(r["failed_checks"] and r["reasons"] for r in rejects)
-    assert Path(summary["ge_result"]).is_file() and Path(summary["ge_data_docs"]).is_file()
+    ge = run_dir(out) / "ge"  # GE's run results and Data Docs: the run record's, not the data's
+    assert (ge / "validation_result.json").is_file() and list(ge.rglob("index.html"))
+    assert "ge_result" not in summary and summary["ge_success"] in (True, False)
     ok, detail = check_verified(root)
     assert ok, detail
     bench = read_tasks_json(out / "benchmark" / "tasks.json")

@@ -39,11 +39,14 @@ class ToolBox:
     ``call`` runs the blocking tool in a worker thread (so sub-agents of one batch overlap) and
     records a :class:`ToolCall`. A tool's failure (and a bad argument) comes back as an error
     observation; what a tool raises is a bug and propagates (see :class:`~orchestra.tools.base.Tool`).
-    A tool it was not given, or a used-up step budget, raises GoalError."""
+    A tool it was not given, or a used-up step budget, raises GoalError. A path argument under
+    ``media_root`` is recorded relative to it, as the task names its media: a record of the call
+    holds no checkout folder."""
 
-    def __init__(self, tools: Sequence[Tool], max_steps: int) -> None:
+    def __init__(self, tools: Sequence[Tool], max_steps: int, media_root: str | None = None) -> None:
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.max_steps = max_steps
+        self.media_root = media_root
         self.calls: list[ToolCall] = []
         self.observations: list[Observation] = []
 
@@ -59,9 +62,19 @@ class ToolBox:
             raise GoalError(f"step budget of {self.max_steps} tool calls used up")
         tool = self.tools[name]
         obs = await asyncio.to_thread(tool, **dict(args))
-        self.calls.append(ToolCall.from_observation(args, obs))
+        self.calls.append(ToolCall.from_observation(self._recorded(args), obs))
         self.observations.append(obs)
         return obs
+
+    def _recorded(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        if not self.media_root:
+            return dict(args)
+        root = Path(self.media_root)
+        out = dict(args)
+        for key, value in args.items():
+            if isinstance(value, str) and Path(value).is_absolute() and Path(value).is_relative_to(root):
+                out[key] = Path(value).relative_to(root).as_posix()
+        return out
 
 
 def _fail(obs: Observation) -> GoalError:
@@ -104,7 +117,7 @@ class BuiltinExpert(Backend):
 
     async def run(self, task: SubTaskInput, tools: Sequence[Tool]) -> SubResult:
         t0 = time.perf_counter()
-        box = ToolBox(tools, task.max_steps)
+        box = ToolBox(tools, task.max_steps, task.media_root)
         try:
             goal = self._goal(task)
             asked = task.subtask.skill

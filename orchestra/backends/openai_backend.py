@@ -73,7 +73,7 @@ class OpenAIBackend(Backend):
 
         from orchestra.tools.media import MediaError
 
-        box = ToolBox(tools, max_steps=10 * task.max_steps)
+        box = ToolBox(tools, max_steps=10 * task.max_steps, media_root=task.media_root)
         specs = [t.spec() for t in tools]
         try:
             user = await asyncio.to_thread(self._user, task)

@@ -311,7 +311,7 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         **({"expert": solved.summary} if solved.summary else {}),
         **({"media_facts_set_aside": len(run.unrecovered)} if stated is not None else {}),
     }
-    timings = {
+    measured = {  # differs run to run: the run record's
         "wall_s": run.wall_s,
         "cache": None if cache is None else {"hits": cache.stats.hits, "misses": cache.stats.misses},
     }
@@ -327,5 +327,4 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
             tmp / "rejected.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in run.rejected)
         )
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
-        atomic_write_text(tmp / "timings.json", dump_json(timings) + "\n")  # measured: differs run to run
-    return {**summary, **timings}
+    return {**summary, "run": measured}

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from orchestra.config import SeedParams
+from orchestra.config import Params, SeedParams
 from orchestra.data.sources import DATASET_SOURCES, load_dataset_source
 from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
@@ -63,6 +63,12 @@ def _add_incoming(tasks: list[Task], folder: Path, tmp: Path) -> dict[str, Any]:
         tasks.extend(new)
         added += len(new)
     return {"incoming_files": len(files), "incoming_tasks": added}
+
+
+def seed_tasks_stage(params: Params, root: Path) -> dict[str, Any]:
+    """The seed_tasks stage: the seed source and ``seed.incoming``'s files into ``root/seed_tasks``."""
+    incoming = root / params.seed.incoming if params.seed.incoming else None
+    return build_seed_tasks(params.seed, root / "seed_tasks", incoming)
 
 
 def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = None) -> dict[str, Any]:

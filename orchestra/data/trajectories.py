@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.store import run_dir, split_clock
 from orchestra.errors import StageError
-from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, write_jsonl
+from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, record_dict, write_jsonl
 from orchestra.schemas import DecisionSample, Delegate, Trajectory, VerifiedSample
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
 ]
 
 VERIFIED_FILE = "verified.jsonl"
+#: the expert trajectories' timings, in their stage's run record
+CLOCK_FILE = "clock.jsonl"
 
 
 def load_verified(root: Path) -> list[VerifiedSample]:
@@ -36,7 +39,9 @@ def load_verified(root: Path) -> list[VerifiedSample]:
 def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) -> dict[str, Any]:
     """Run the ``orchestra`` system with the expert policy on every train and val sample (the test
     split is the benchmark: no trajectories there); keep the runs that reach the labelled answer.
-    Writes trajectories.jsonl, failed.jsonl (sample, answer, error) and summary.json."""
+    Writes trajectories.jsonl (without the clock: each run's timings go to ``_run/clock.jsonl``,
+    :func:`orchestra.data.store.join_clock` puts them back), failed.jsonl (sample, answer, error) and
+    summary.json."""
     from orchestra.agent.policies import OraclePolicy
     from orchestra.agent.systems import Environment, backend_pool, run_task
     from orchestra.tools.cache import open_perception_cache
@@ -85,16 +90,18 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
         "decisions": sum(len(tr.steps) for tr in kept),
         "subtasks_after_first_turn": later,
     }
-    timings = {  # measured: differs run to run, as the trajectories' own timings do
+    measured = {  # differs run to run, as the trajectories' own timings do: the run record's
         "wall_s": round(time.perf_counter() - t0, 2),
         "cache": None if cache is None else {"hits": cache.stats.hits, "misses": cache.stats.misses},
     }
+    rows = [split_clock(record_dict(tr)) for tr in kept]
     with atomic_dir(root / "expert_trajectories") as tmp:
-        write_jsonl(tmp / "trajectories.jsonl", kept)
+        atomic_write_text(tmp / "trajectories.jsonl", "".join(dump_json(r) + "\n" for r, _ in rows))
+        clock = "".join(dump_json({"task_id": r["task_id"], "clock": c}) + "\n" for r, c in rows)
+        atomic_write_text(run_dir(tmp) / CLOCK_FILE, clock)
         atomic_write_text(tmp / "failed.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed))
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
-        atomic_write_text(tmp / "timings.json", dump_json(timings) + "\n")
-    return {**summary, **timings}
+    return {**summary, "run": measured}
 
 
 def build_decision_samples(params: Params, root: Path) -> dict[str, Any]:

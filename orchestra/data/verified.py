@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.store import run_dir
 from orchestra.data.trajectories import VERIFIED_FILE
 from orchestra.errors import StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, write_jsonl
@@ -37,8 +38,9 @@ def _benchmark(tasks: list[Task], seeds_dir: Path, out: Path) -> int:
 
 def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
     """Verify data/rewrite_candidates; write verified.jsonl (with the split), rejects.jsonl, the GE
-    validation (ge/: JSON result and Data Docs), benchmark/ (the test split in OmniGAIA format with
-    its media and pages) and summary.json (the funnel, rejections per check, pass rates, timings)."""
+    validation (_run/ge/: JSON result and Data Docs), benchmark/ (the test split in OmniGAIA format
+    with its media and pages) and summary.json (the funnel, rejections per check, pass rates); the
+    checks' timings and the paths of the GE result go to the run record."""
     from orchestra.data.decisions import seed_splits
     from orchestra.data.expectations import validate_checks
     from orchestra.data.reference import load_reference_seeds
@@ -68,8 +70,9 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
     splits = seed_splits([str(s.id) for s in seeds], params.decisions.split, params.decisions.seed)
     final = root / "verified_samples"
     with atomic_dir(final) as tmp:
-        ge = validate_checks(report.results, params.verify, tmp / "ge")
-        result_copy = tmp / "ge" / "validation_result.json"  # a stable name (GE's own path is timestamped)
+        ge_dir = run_dir(tmp) / "ge"  # GE's project, run results and Data Docs hold run ids and times
+        ge = validate_checks(report.results, params.verify, ge_dir)
+        result_copy = ge_dir / "validation_result.json"  # a stable name (GE's own path is timestamped)
         shutil.copy2(ge.validation_json, result_copy)
         kept = [
             VerifiedSample(
@@ -114,13 +117,15 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
             "hard_share": round(sum(k.task.level == "Hard" for k in kept) / max(1, len(kept)), 3),
             "benchmark": {"tasks": len(test), "media_files": media},
             "ge_success": ge.success,
-            "ge_result": str(final / result_copy.relative_to(tmp)),
-            "ge_data_docs": str(final / ge.data_docs_index.relative_to(tmp)),
         }
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
-        timings = {"ms_per_candidate": report.ms_per_candidate(), "verify_s": round(checked, 2)}
-        atomic_write_text(tmp / "timings.json", dump_json(timings) + "\n")  # measured: differs run to run
-    return {**summary, **timings}
+    run = {
+        "ms_per_candidate": report.ms_per_candidate(),
+        "verify_s": round(checked, 2),
+        "ge_result": str(final / result_copy.relative_to(tmp)),
+        "ge_data_docs": str(final / ge.data_docs_index.relative_to(tmp)),
+    }
+    return {**summary, "run": run}
 
 
 def check_verified(root: Path) -> tuple[bool, str]:

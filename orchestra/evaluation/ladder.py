@@ -24,8 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.store import RUN_DIR, run_dir
 from orchestra.errors import StageError
-from orchestra.evaluation.report import BY_KEY, METRICS_FILE, Row, benchmark_file, flat_metrics
+from orchestra.evaluation.report import (
+    BY_KEY,
+    METRICS_FILE,
+    TIMING_FILE,
+    Row,
+    benchmark_file,
+    flat_metrics,
+    read_timing,
+)
+from orchestra.evaluation.scoring import latency_summary
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.lineage import LINEAGE_FILE
 from orchestra.tools.pool import usable_cores
@@ -34,6 +44,8 @@ __all__ = ["SHARD_FILE", "build_benchmark_scores", "eval_workers", "shard_dir", 
 
 SHARD_FILE = "shard.json"
 STAGE = "benchmark_scores"
+#: in a shard's run record: each row's wall seconds on that shard
+WALL_FILE = "wall.json"
 
 
 def shard_keys(params: Params) -> list[str]:
@@ -124,21 +136,26 @@ def _run_shards(params: Params, root: Path, rows: list[Row], shards: list[int], 
                     pool.shutdown(wait=True, cancel_futures=True)
                     raise
         for k in shards:
-            info = {"shard": k, "of": n, "inputs": key, "rows": [r.key for r in rows], "wall_s": walls[k]}
+            info = {"shard": k, "of": n, "inputs": key, "rows": [r.key for r in rows]}
             atomic_write_text(tmp[k] / SHARD_FILE, dump_json(info) + "\n")
+            atomic_write_text(run_dir(tmp[k]) / WALL_FILE, dump_json(walls[k]) + "\n")
 
 
 def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Every row over all shards, in benchmark order; scores.json and the DVC metrics."""
-    from orchestra.evaluation.runner import write_summary
+    """Every row over all shards, in benchmark order; scores.json and the DVC metrics; each row's wall
+    seconds and latencies (the shards' clocks) in the stage's run record (:data:`TIMING_FILE`)."""
+    from orchestra.evaluation.runner import latencies, load_clocks, write_summary
 
     out = Path(root) / STAGE
     scores: dict[str, Any] = {}
+    timing: dict[str, Any] = {}
     for row in rows:
         cfg = _row_config(params, root, row, out / row.key, None)
         items: list[dict[str, Any]] = []
+        clocks: dict[str, Any] = {}
         for k in sorted(infos):
             src = shard_dir(root, k) / row.key
+            clocks.update(load_clocks(src))
             for item in json.loads((src / "results.json").read_text(encoding="utf-8")):
                 if item.get("trajectory"):
                     item["trajectory"] = f"../shard-{k}/{row.key}/{item['trajectory']}"
@@ -154,13 +171,23 @@ def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[st
             "label": label,
             "system": row.system,
             "policy": row.policy,
-            "wall_s": round(sum(i["wall_s"][row.key] for i in infos.values()), 1),
             **{k: v for k, v in summary.items() if k not in ("system", "policy")},
         }
+        walls = [_shard_wall(root, k).get(row.key, 0.0) for k in sorted(infos)]
+        timing[row.key] = {
+            "wall_s": round(sum(walls), 1),
+            "latency_s": latency_summary(latencies(items, clocks)),
+        }
     atomic_write_text(out / "scores.json", dump_json(scores) + "\n")
+    atomic_write_text(run_dir(out) / TIMING_FILE, dump_json(timing) + "\n")
     # DVC metrics: a file of their own (DVC refuses a metrics file inside a tracked output folder)
     atomic_write_text(Path(root) / METRICS_FILE, dump_json(flat_metrics(scores)) + "\n")
     return scores
+
+
+def _shard_wall(root: Path, k: int) -> dict[str, float]:
+    path = run_dir(shard_dir(root, k)) / WALL_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _tasks(cfg: Any) -> list[Any]:
@@ -195,10 +222,12 @@ def build_benchmark_scores(
         _run_shards(params, root, rows, ran, key)
     infos = {k: _shard_info(root, k) or {} for k in range(n)}
     ready = {k: i for k, i in infos.items() if (i.get("inputs"), i.get("of"), i.get("rows")) == want}
-    meta: dict[str, Any] = {"rows": len(rows), "shards": n, "shards_run": ran, "complete": len(ready) == n}
+    meta: dict[str, Any] = {"rows": len(rows), "shards": n, "complete": len(ready) == n}
     if len(ready) == n:
         out = root / STAGE
-        keep = {f"shard-{k}" for k in range(n)} | {r.key for r in rows} | {"scores.json", LINEAGE_FILE}
+        keep = (
+            {f"shard-{k}" for k in range(n)} | {r.key for r in rows} | {"scores.json", LINEAGE_FILE, RUN_DIR}
+        )
         for old in out.iterdir():  # rows and shards of an earlier layout or eval.shards
             if old.name not in keep and not old.name.startswith("."):
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
@@ -207,5 +236,6 @@ def build_benchmark_scores(
             tasks=max((s["n"] for s in scores.values()), default=0),
             accuracy={k: round(v["accuracy"]["em"]["mean"], 4) for k, v in scores.items()},
         )
-    meta["wall_s"] = round(time.perf_counter() - t0, 1)
+    timing = read_timing(root) if meta["complete"] else {}
+    meta["run"] = {"wall_s": round(time.perf_counter() - t0, 1), "shards_run": ran, "timing": timing}
     return meta

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.store import RUN_DIR, read_run_record, run_dir
 from orchestra.errors import StageError
 from orchestra.evaluation.scoring import CATEGORIES, CATEGORY_SHORT, LEVELS
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
@@ -57,6 +58,10 @@ LADDER = (
 BY_KEY = {r.key: r for r in LADDER}
 #: the flat benchmark metrics DVC reads (``dvc metrics show``), beside the asset folders
 METRICS_FILE = "benchmark_metrics.json"
+#: the run's latencies beside report.md, in the report's run record
+TIMING_REPORT = f"{RUN_DIR}/timing.md"
+#: in benchmark_scores' run record: each row's wall seconds and latency percentiles over every shard
+TIMING_FILE = "timing.json"
 
 
 def benchmark_file(root: Path) -> Path:
@@ -112,15 +117,14 @@ def markdown_report(scores: Mapping[str, Any]) -> str:
         "",
         f"The embedded benchmark (the test split of verified_samples), the first {n} tasks for every row. "
         "EM: OmniGAIA's exact match (case and whitespace only), in %, with a bootstrap 95% interval. "
-        "The oracle rows replay each task's own program: an upper bound, not a policy. Latencies are "
-        "measured with the perception cache on (a cached perception returns at once), so they show the "
-        "policy's and the scheduler's time; bench/parallel_speedup.py compares linear and orchestra cold.",
+        "The oracle rows replay each task's own program: an upper bound, not a policy. Everything here "
+        f"follows from the data and the policies; the run's latencies are beside it in {TIMING_REPORT}.",
         "",
         "## Overall and by Level",
         "",
         "| row | system | policy | EM % [95% CI] | " + " | ".join(LEVELS) + " | judge % | tool calls | "
-        "latency p50 / p95 s | tokens | cost | not run |",
-        "|---|---|---|---|" + "---|" * len(LEVELS) + "---|---|---|---|---|---|",
+        "tokens | cost | not run |",
+        "|---|---|---|---|" + "---|" * len(LEVELS) + "---|---|---|---|---|",
     ]
     for s in scores.values():
         levels = [_pct(s["by_level"].get(lv, {}).get("em")) if lv in s["by_level"] else "-" for lv in LEVELS]
@@ -128,8 +132,7 @@ def markdown_report(scores: Mapping[str, Any]) -> str:
             f"| {s['label']} | {s['system']} | {s['policy']} | {_pct(s['accuracy']['em'])} | "
             + " | ".join(levels)
             + f" | {_pct(s['accuracy'].get('judge'))} | {s['avg_tool_calls']:.1f} | "
-            f"{s['latency_s']['p50']:.2f} / {s['latency_s']['p95']:.2f} | {s['tokens']['mean']:.0f} | "
-            f"{s['cost']['mean']:.4f} | {s['not_run']['count']} |"
+            f"{s['tokens']['mean']:.0f} | {s['cost']['mean']:.4f} | {s['not_run']['count']} |"
         )
     cats = [c for c in CATEGORIES if any(c in s["by_category"] for s in scores.values())]
     cats += sorted({c for s in scores.values() for c in s["by_category"]} - set(cats))
@@ -142,27 +145,79 @@ def markdown_report(scores: Mapping[str, Any]) -> str:
             got = s["by_category"]
             cells = [f"{100 * got[c]['em']['mean']:.1f}" if c in got else "-" for c in cats]
             out.append(f"| {s['label']} | " + " | ".join(cells) + " |")
-    pairs = [
-        (lin, orch)
-        for lin in scores.values()
-        for orch in scores.values()
-        if lin["system"] == "linear" and orch["system"] == "orchestra" and lin["policy"] == orch["policy"]
-    ]
+    pairs = _linear_pairs(scores)
     if pairs:
         out += [
             "",
             "## Linear vs orchestra at equal policy",
             "",
-            "| policy | linear EM % | orchestra EM % | linear p50 s | orchestra p50 s | speed-up (p50) |",
-            "|---|---|---|---|---|---|",
+            "| policy | linear EM % | orchestra EM % | linear tool calls | orchestra tool calls |",
+            "|---|---|---|---|---|",
         ]
         for lin, orch in pairs:
-            a, b = lin["latency_s"]["p50"], orch["latency_s"]["p50"]
-            speed = f"{a / b:.2f}x" if b > 0 else "-"
             out.append(
                 f"| {lin['policy']} | {100 * lin['accuracy']['em']['mean']:.1f} | "
-                f"{100 * orch['accuracy']['em']['mean']:.1f} | {a:.2f} | {b:.2f} | {speed} |"
+                f"{100 * orch['accuracy']['em']['mean']:.1f} | {lin['avg_tool_calls']:.1f} | "
+                f"{orch['avg_tool_calls']:.1f} |"
             )
+    return "\n".join(out) + "\n"
+
+
+def _linear_pairs(scores: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """(linear row, orchestra row) pairs of the same policy."""
+    return [
+        (lin, orch)
+        for lin in scores.values()
+        for orch in scores.values()
+        if lin["system"] == "linear" and orch["system"] == "orchestra" and lin["policy"] == orch["policy"]
+    ]
+
+
+def read_timing(root: Path) -> dict[str, Any]:
+    """Each row's wall seconds and latency percentiles, as benchmark_scores' last merge measured them
+    ({} when the scores came from elsewhere, e.g. ``dvc pull``: the clock is not part of the data)."""
+    path = run_dir(Path(root) / "benchmark_scores") / TIMING_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def timing_report(scores: Mapping[str, Any], timing: Mapping[str, Any]) -> str:
+    """The run's clock beside the report: each row's latency percentiles and wall seconds, and linear
+    vs orchestra at equal policy (``timing``: benchmark_scores' run record)."""
+    scores = in_ladder_order(scores)
+    out = [
+        "# Benchmark timing (this run)",
+        "",
+        "Clock readings of the run that built the scores, not part of the data: another run of the same "
+        "data differs. Measured with the perception cache on (a cached perception returns at once), so "
+        "they show the policy's and the scheduler's time; bench/parallel_speedup.py compares linear and "
+        "orchestra cold.",
+        "",
+        "| row | latency p50 / p95 s | wall s (all shards) |",
+        "|---|---|---|",
+    ]
+    for key, s in scores.items():
+        t = timing.get(key)
+        cells = (
+            f"{t['latency_s']['p50']:.2f} / {t['latency_s']['p95']:.2f} | {t['wall_s']:.1f}" if t else "- | -"
+        )
+        out.append(f"| {s['label']} | {cells} |")
+    keys = {id(v): k for k, v in scores.items()}
+    rows = [
+        (lin, orch, timing.get(keys[id(lin)]), timing.get(keys[id(orch)]))
+        for lin, orch in _linear_pairs(scores)
+    ]
+    if any(a and b for _, _, a, b in rows):
+        out += [
+            "",
+            "## Linear vs orchestra at equal policy",
+            "",
+            "| policy | linear p50 s | orchestra p50 s | speed-up (p50) |",
+            "|---|---|---|---|",
+        ]
+        for lin, _, a, b in rows:
+            if a and b:
+                x, y = a["latency_s"]["p50"], b["latency_s"]["p50"]
+                out.append(f"| {lin['policy']} | {x:.2f} | {y:.2f} | {f'{x / y:.2f}x' if y > 0 else '-'} |")
     return "\n".join(out) + "\n"
 
 
@@ -193,7 +248,7 @@ def _level_plot(scores: Mapping[str, Any], path: Path) -> None:
 
 
 def reward_histories(params: Params, root: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """The per-step reward metrics of the two GRPO recipes' MLflow runs (their summary.json names
+    """The per-step reward metrics of the two GRPO recipes' MLflow runs (their stage's run record names
     the run): ``reward`` and every ``rewards/<part>/mean``."""
     import mlflow
 
@@ -202,10 +257,7 @@ def reward_histories(params: Params, root: Path) -> dict[str, dict[str, list[tup
     client = mlflow.MlflowClient(tracking_uri(params, root))
     out: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for recipe in ("dagrpo", "grpo"):
-        summary = root / f"policy_{recipe}" / "summary.json"
-        if not summary.is_file():
-            continue
-        run_id = json.loads(summary.read_text(encoding="utf-8")).get("mlflow_run_id")
+        run_id = read_run_record(root, f"policy_{recipe}").get("mlflow_run_id")
         if not run_id:
             continue
         run = client.get_run(run_id)
@@ -259,13 +311,14 @@ def build_report(params: Params, root: Path) -> dict[str, Any]:
     }
     with atomic_dir(root / "report") as tmp:
         atomic_write_text(tmp / "report.md", text)
+        atomic_write_text(tmp / TIMING_REPORT, timing_report(scores, read_timing(root)))
         _level_plot(scores, tmp / "accuracy_by_level.png")
         _reward_plot(curves, tmp / "reward_curves.png")
         with recipe_run(params, root, "report", tags) as run_id:
             for key, m in flat_metrics(scores).items():
                 mlflow.log_metrics({f"{key}.{k}": v for k, v in m.items()})
-            for name in ("report.md", "accuracy_by_level.png", "reward_curves.png"):
+            for name in ("report.md", TIMING_REPORT, "accuracy_by_level.png", "reward_curves.png"):
                 mlflow.log_artifact(str(tmp / name))
-        meta = {"rows": len(scores), "mlflow_run_id": run_id, "reward_curves": sorted(curves)}
+        meta = {"rows": len(scores), "reward_curves": sorted(curves)}
         atomic_write_text(tmp / "summary.json", dump_json(meta) + "\n")
-    return meta
+    return {**meta, "run": {"mlflow_run_id": run_id}}

@@ -4,12 +4,14 @@ Each finished item is appended to ``items.jsonl`` in ``--out`` as soon as it end
 and fsynced), so a killed run loses at most the items in flight and a rerun skips what is there. An
 item keeps the task's own fields and adds what OmniGAIA's tooling reads (``predicted_answer``,
 ``em_score``, ``llm_equal``, ``tool_call_num``, ``messages``) and ours (the trajectory file, tokens,
-cost, latency, the run's ``error``). An item that cannot run (a media file missing, no program for
-the oracle, a policy error) is recorded wrong with its ``not_run`` reason, never dropped. At the
-end ``results.json`` (the items as one list, the shape OmniGAIA's re-evaluation script reads) and
-``summary.json`` (:func:`summarize`, plus pass@1 / sc@K / pass@K with ``--samples K``) are written
-atomically from every item, in benchmark order, so a resumed run's summary equals an uninterrupted
-one's.
+cost, the run's ``error``). What the clock measured (each item's latency, its trajectory's timings)
+goes to the run record ``_run/clock.jsonl`` beside it, and the latency percentiles to
+``_run/timing.json``: the rest of ``--out`` is the same for the same benchmark, policy and data. An
+item that cannot run (a media file missing, no program for the oracle, a policy error) is recorded
+wrong with its ``not_run`` reason, never dropped. At the end ``results.json`` (the items as one
+list, the shape OmniGAIA's re-evaluation script reads) and ``summary.json`` (:func:`summarize`, plus
+pass@1 / sc@K / pass@K with ``--samples K``) are written atomically from every item, in benchmark
+order, so a resumed run's summary equals an uninterrupted one's.
 """
 
 from __future__ import annotations
@@ -27,15 +29,30 @@ from typing import Any
 
 from orchestra.answers import exact_match, numeric_match
 from orchestra.config import Params, ProviderSpec
+from orchestra.data.store import run_dir, split_clock
 from orchestra.errors import OrchestraError
-from orchestra.evaluation.scoring import LLMJudge, extract_answer, summarize
+from orchestra.evaluation.scoring import LLMJudge, extract_answer, latency_summary, summarize
 from orchestra.io import atomic_write_text, dir_digest, dump_json, record_dict
 from orchestra.schemas import Task, Trajectory, read_tasks_json
 
-__all__ = ["EvalConfig", "EvalError", "item_messages", "load_items", "run_eval"]
+__all__ = [
+    "EvalConfig",
+    "EvalError",
+    "item_messages",
+    "latencies",
+    "load_clocks",
+    "load_items",
+    "run_eval",
+    "write_summary",
+    "write_timing",
+]
 
 ITEMS_FILE = "items.jsonl"
 RUN_FILE = "run.json"
+#: under ``<out>/_run/``: one line per finished item (its latency and its trajectory's timings)
+CLOCK_FILE = "clock.jsonl"
+#: under ``<out>/_run/``: the latency percentiles of the items that ran
+TIMING_FILE = "timing.json"
 
 
 class EvalError(OrchestraError):
@@ -85,14 +102,27 @@ class EvalConfig:
     def fingerprint(self) -> dict[str, Any]:
         """What makes two runs the same run (``limit`` and ``concurrency`` do not)."""
         digest = hashlib.sha256(self.benchmark.read_bytes()).hexdigest()
-        keep = ("system", "policy", "samples", "temperature", "judge", "registry", "pool", "max_turns")
-        keep += ("seed", "shard")
+        keep = ("system", "samples", "temperature", "judge", "pool", "max_turns", "seed", "shard")
         out = {"benchmark_sha256": digest, **{k: _plain(asdict(self)[k]) for k in keep}}
+        out["policy"] = self.portable_policy()
+        out["registry"] = None if self.registry is None else self._portable(self.registry)
         if self.policy.startswith("checkpoint:"):  # a retrained model is another run
             out["model_sha256"] = dir_digest(Path(self.policy.split(":", 1)[1]))
         elif self.policy == "untrained":  # fresh weights on the SFT policy's config and tokenizer
             out["model_sha256"] = dir_digest((self.data_dir or self.out) / "policy_sft" / "model")
         return out
+
+    def _portable(self, path: Path) -> str:
+        """``path`` relative to the data folder when it is inside it: a record names no checkout."""
+        base = None if self.data_dir is None else Path(self.data_dir).resolve()
+        p = Path(path).resolve()
+        return p.relative_to(base).as_posix() if base is not None and p.is_relative_to(base) else str(path)
+
+    def portable_policy(self) -> str:
+        """``policy`` as records name it: a checkpoint inside the data folder by its relative path."""
+        if self.policy.startswith("checkpoint:"):
+            return "checkpoint:" + self._portable(Path(self.policy.split(":", 1)[1]))
+        return self.policy
 
 
 def _plain(v: Any) -> Any:
@@ -176,7 +206,7 @@ class _Policies:
                 spec = named_provider(name, p.providers)
             except PolicyError as e:
                 raise EvalError(f"{e} (or oracle, untrained)") from e
-        first = lm_policy(spec, agent, fmt=system_format(cfg.system), name=name)  # type: ignore[arg-type]
+        first = lm_policy(spec, agent, fmt=system_format(cfg.system), name=cfg.portable_policy())  # type: ignore[arg-type]
         out = [first]
         for k in range(1, cfg.samples):
             out.append(sampling_copy(first, cfg.temperature, cfg.seed + k))
@@ -257,7 +287,6 @@ def _failed(task: Task, reason: str, judge: LLMJudge | None, samples: int) -> di
         trajectory=None,
         tokens=0,
         cost=0.0,
-        latency_s=0.0,
         error=None,
         not_run=reason,
     )
@@ -313,6 +342,8 @@ def run_eval(
     traj_dir = cfg.out / "trajectories"
     traj_dir.mkdir(exist_ok=True)
     items_path = cfg.out / ITEMS_FILE
+    clock_path = run_dir(cfg.out) / CLOCK_FILE
+    clock_path.parent.mkdir(exist_ok=True)
     finished = len(tasks) - len(todo)
     cache = open_perception_cache(cfg.data_dir, params.tools) if cfg.data_dir is not None else None
 
@@ -326,20 +357,24 @@ def run_eval(
             seed=cfg.seed,
         )
 
-        async def one(task: Task) -> dict[str, Any]:
+        async def one(task: Task) -> tuple[dict[str, Any], dict[str, Any]]:
+            """The scored item and its clock (:data:`CLOCK_FILE`)."""
             missing = _missing_media(task, cfg.media())
             if missing:
-                return _failed(task, f"media missing: {', '.join(missing)}", judge, cfg.samples)
+                return _failed(task, f"media missing: {', '.join(missing)}", judge, cfg.samples), {
+                    "id": task.id
+                }
             trajs = []
             try:
                 for k in range(cfg.samples):
                     trajs.append(await run_task(task, cfg.system, policies.get(task, k), env))  # type: ignore[arg-type]
             except OrchestraError as e:
-                return _failed(task, f"{type(e).__name__}: {e}", judge, cfg.samples)
+                return _failed(task, f"{type(e).__name__}: {e}", judge, cfg.samples), {"id": task.id}
             answers = [extract_answer(item_messages(t), t.answer) for t in trajs]
             first = trajs[0]
             path = traj_dir / f"{_safe(task.id)}.json"
-            atomic_write_text(path, json.dumps(record_dict(first), ensure_ascii=False) + "\n")
+            data, clock = split_clock(record_dict(first))
+            atomic_write_text(path, json.dumps(data, ensure_ascii=False) + "\n")
             item = _base_item(task)
             item.update(
                 predicted_answer=_vote(answers) if cfg.samples > 1 else answers[0],
@@ -348,11 +383,11 @@ def run_eval(
                 trajectory=str(path.relative_to(cfg.out)),
                 tokens=sum(t.tokens for t in trajs),
                 cost=sum(t.cost for t in trajs),
-                latency_s=first.latency_s,
                 error=first.error,
                 not_run=None,
             )
-            return await asyncio.to_thread(_scored, task, item, judge, answers)  # the judge is an HTTP call
+            scored = await asyncio.to_thread(_scored, task, item, judge, answers)  # the judge is an HTTP call
+            return scored, {"id": task.id, "latency_s": first.latency_s, "trajectory": clock}
 
         async def main() -> None:
             nonlocal finished
@@ -361,7 +396,8 @@ def run_eval(
             async def guarded(task: Task) -> None:
                 nonlocal finished
                 async with gate:
-                    item = await one(task)
+                    item, clock = await one(task)
+                _append(clock_path, clock)  # first: an item on file always has its clock
                 _append(items_path, item)
                 done[str(task.id)] = item
                 finished += 1
@@ -371,7 +407,9 @@ def run_eval(
             await asyncio.gather(*(guarded(t) for t in todo))
 
         asyncio.run(main())
-    return write_summary(cfg, [done[i] for i in ids])
+    items = [done[i] for i in ids]
+    write_timing(cfg.out, latencies(items, load_clocks(cfg.out)))
+    return write_summary(cfg, items)
 
 
 def _safe(task_id: Any) -> str:
@@ -388,10 +426,40 @@ def _cut_pool(backends: Any, n: int) -> Any:
     return BackendRegistry(backends.get(name) for name in names[:n])
 
 
+def load_clocks(out: Path) -> dict[str, dict[str, Any]]:
+    """The clock of each finished item of ``out`` (:data:`CLOCK_FILE`), by task id; the last line of
+    an id wins (an item rerun after a kill), a line cut short by a kill is skipped."""
+    path = run_dir(out) / CLOCK_FILE
+    clocks: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        clocks[str(row["id"])] = row
+    return clocks
+
+
+def latencies(items: Sequence[Mapping[str, Any]], clocks: Mapping[str, Mapping[str, Any]]) -> list[float]:
+    """The wall seconds of the items that ran, from their clocks."""
+    return [
+        float(clocks[str(it["id"])]["latency_s"])
+        for it in items
+        if it.get("not_run") is None and "latency_s" in clocks.get(str(it["id"]), {})
+    ]
+
+
+def write_timing(out: Path, seconds: Sequence[float]) -> dict[str, Any]:
+    """``_run/timing.json`` of an evaluation: the latency percentiles of the items that ran."""
+    timing = {"n": len(seconds), "latency_s": latency_summary(seconds)}
+    atomic_write_text(run_dir(out) / TIMING_FILE, dump_json(timing) + "\n")
+    return timing
+
+
 def write_summary(cfg: EvalConfig, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """summary.json and results.json from every item, in benchmark order (atomic writes)."""
     summary = summarize(items)
-    summary["system"], summary["policy"] = cfg.system, cfg.policy
+    summary["system"], summary["policy"] = cfg.system, cfg.portable_policy()
     if cfg.samples > 1:
         k = cfg.samples
         per = [[s["em_score"] for s in it.get("samples") or []] or [0] * k for it in items]

@@ -35,6 +35,7 @@ __all__ = [
     "Verdict",
     "bootstrap_ci",
     "extract_answer",
+    "latency_summary",
     "parse_verdict",
     "summarize",
 ]
@@ -202,12 +203,21 @@ def _order(names: set[str], known: Sequence[str]) -> list[str]:
     return [n for n in known if n in names] + rest + ([UNKNOWN] if UNKNOWN in names else [])
 
 
+def latency_summary(latencies: Sequence[float]) -> dict[str, float]:
+    """The median and 95th percentile of the items' wall seconds (0 when none ran)."""
+    return {
+        "p50": float(np.percentile(latencies, 50)) if latencies else 0.0,
+        "p95": float(np.percentile(latencies, 95)) if latencies else 0.0,
+    }
+
+
 def summarize(items: Sequence[Mapping[str, Any]], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """The summary of one evaluation's result items (JSON-serialisable; see the module docstring).
 
     An item with a ``not_run`` reason (it could not run) scores 0 in every accuracy. The judge's accuracy is
     None when no item has an ``llm_equal``; otherwise an item without one scores 0 there. Tool calls,
-    tokens and cost are averaged over all items, latency percentiles over the items that ran.
+    tokens and cost are averaged over all items. (Latencies are clock readings, which the run record
+    keeps: :func:`latency_summary`.)
     Groups without a Level, category or task_type are ``unknown`` (listed last).
     """
     ran = [it.get("not_run") is None for it in items]
@@ -229,7 +239,6 @@ def summarize(items: Sequence[Mapping[str, Any]], n_boot: int = 1000, seed: int 
         return {name: accuracy(groups[name]) for name in _order(set(groups), known)}
 
     overall = accuracy(range(len(items)))
-    latency = [float(it.get("latency_s") or 0.0) for it, ok in zip(items, ran, strict=True) if ok]
     tokens = [int(it.get("tokens") or 0) for it in items]
     cost = [float(it.get("cost") or 0.0) for it in items]
     answered = [float(bool(str(it.get("predicted_answer") or "").strip())) for it in items]
@@ -241,10 +250,6 @@ def summarize(items: Sequence[Mapping[str, Any]], n_boot: int = 1000, seed: int 
         "by_task_type": by("task_type", ()),
         "avg_tool_calls": _mean([int(it.get("tool_call_num") or 0) for it in items]),
         "non_empty_ratio": _mean(answered),
-        "latency_s": {
-            "p50": float(np.percentile(latency, 50)) if latency else 0.0,
-            "p95": float(np.percentile(latency, 95)) if latency else 0.0,
-        },
         "tokens": {"total": sum(tokens), "mean": _mean(tokens)},
         "cost": {"total": sum(cost), "mean": _mean(cost)},
         "not_run": {

@@ -15,6 +15,7 @@ import numpy as np
 from orchestra.errors import OrchestraError
 from orchestra.io import atomic_write_bytes
 from orchestra.tools.base import FailureKinds
+from orchestra.tools.cache import media_sha256
 
 
 class MediaError(OrchestraError):
@@ -207,10 +208,11 @@ def write_wav(path: str | Path, samples: np.ndarray, rate: int) -> Path:
 
 
 def output_path(source: Path, tag: str, suffix: str, out_path: str | None) -> Path:
-    """Where a tool writes a derived file: ``out_path`` if given, else a stable temp-folder name."""
+    """Where a tool writes a derived file: ``out_path`` if given, else a temp-folder name made from the
+    source's bytes and ``tag`` (the same file anywhere, in any checkout, gets the same name)."""
     if out_path:
         return Path(out_path).expanduser()
-    digest = hashlib.sha256(f"{source.resolve()}|{source.stat().st_mtime_ns}|{tag}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{media_sha256(source)}|{tag}".encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "orchestra-tools"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{source.stem}-{digest}{suffix}"

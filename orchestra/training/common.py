@@ -157,16 +157,20 @@ class TrainResult:
     model_version: int | None = None
 
     def summary(self) -> dict[str, Any]:
+        """What was trained (the same for the same inputs), and under ``run`` what this run of it was:
+        its MLflow run and model version, whether it resumed, its wall seconds, the model's path."""
         return {
             "recipe": self.recipe,
-            "model_dir": str(self.model_dir),
             "steps": self.steps,
             "rows": self.samples,
             "metrics": self.metrics,
-            "mlflow_run_id": self.run_id,
-            "mlflow_model_version": self.model_version,
-            "resumed": self.resumed,
-            "wall_s": round(self.wall_s, 1),
+            "run": {
+                "model_dir": str(self.model_dir),
+                "mlflow_run_id": self.run_id,
+                "mlflow_model_version": self.model_version,
+                "resumed": self.resumed,
+                "wall_s": round(self.wall_s, 1),
+            },
         }
 
 
@@ -291,14 +295,17 @@ def validation_metrics(
     view: PolicyView,
     params: Params,
     train_targets: Collection[str],
+    rubric: Any = None,
 ) -> tuple[dict[str, float], list[Mapping[str, Any]]]:
-    """What every recipe reports on the val split: the decision rates (:func:`evaluate_policy`) and
-    the mean rubric reward of the same outputs, each prefixed ``val_``; and the per-sample rows."""
-    from orchestra.training.reward_model import make_rubric
-
+    """What every recipe reports on the val split: the decision rates (:func:`evaluate_policy`) and,
+    given the ``rubric`` it trains on (DA-GRPO's), the mean rubric reward of the same outputs, each
+    prefixed ``val_``; and the per-sample rows. The other recipes do not score with DA-GRPO's rubric:
+    its settings are not theirs (bench/policy_quality.py scores every policy with it)."""
     score, rows = evaluate_policy(model, tokenizer, samples, view, params.agent, train_targets)
-    reward = mean_rubric([r["output"] for r in rows], samples, make_rubric(params), params, view.fmt)
-    metrics = {**score.as_metrics("val_"), **{f"val_{k}": v for k, v in reward.items()}}
+    metrics = score.as_metrics("val_")
+    if rubric is not None:
+        reward = mean_rubric([r["output"] for r in rows], samples, rubric, params, view.fmt)
+        metrics.update({f"val_{k}": v for k, v in reward.items()})
     return metrics, rows
 
 
@@ -345,11 +352,12 @@ def train_and_publish(
     val: Sequence[DecisionSample],
     train_targets: Collection[str],
     n_samples: int,
+    rubric: Any = None,
 ) -> TrainResult:
     """The end every recipe shares, inside its MLflow run: train (from the last checkpoint when
     resuming), score on the val split (plus the last logged training loss, which a resumed run
     restores), publish, register the model as a version of ``tracking.registered_model`` with the
-    alias of the recipe, drop the checkpoints."""
+    alias of the recipe, drop the checkpoints. ``rubric``: see :func:`validation_metrics`."""
     from orchestra.training.dist import barrier, is_main
     from orchestra.training.tracking import register_policy
 
@@ -358,7 +366,7 @@ def train_and_publish(
     version = None
     if is_main():  # validation, the model, MLflow: once; the other processes wait
         tok = trainer.processing_class
-        metrics, rows = validation_metrics(model, tok, val, view, params, train_targets)
+        metrics, rows = validation_metrics(model, tok, val, view, params, train_targets, rubric)
         losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
         metrics["train_loss_last"] = float(losses[-1]) if losses else float("nan")
         publish(model, tok, view, run.dirs, rows, metrics)

@@ -207,10 +207,10 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
         dirs.remember_run(run_id)
         log_samples_input(path, digest, samples, "training")
         log_metrics({**stats, "distinct_train_states": float(len(train))})
-        w = gp.rubric
+        w, rubric = gp.rubric, make_rubric(params)
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=rubric_rewards(by_id, make_rubric(params), view.fmt, answers),
+            reward_funcs=rubric_rewards(by_id, rubric, view.fmt, answers),
             args=grpo_config(
                 gp,
                 dirs.checkpoints,
@@ -224,7 +224,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
         )
         seen = target_texts(view, train)
         run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
-        return train_and_publish(run, trainer, model, view, params, val, seen, len(rows))
+        return train_and_publish(run, trainer, model, view, params, val, seen, len(rows), rubric)
 
 
 def _screen(

@@ -114,15 +114,16 @@ def recipe_run(
     the pipeline run: the run already active in this process (Dagster's, opened by dagster-mlflow's
     resource), else one per git commit and data digest (its status is that of the latest recipe to
     end in it). Tagged with ``tags``, the git commit, the Dagster run id (``orchestra.dagster_run_id``)
-    and the DVC hash of each
-    stage output the recipe read (``dvc.<stage>``); the orchestra params logged with an ``orchestra.``
-    prefix. ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
+    and the DVC hash of each stage output the recipe read (``dvc.<stage>``); the ``train`` params its
+    stage reads logged with an ``orchestra.`` prefix.
+    ``resume_id``: a run of an interrupted attempt to continue rather than start a new one.
     The run ends FAILED if the body raises. Only the main training process has a run (the others
     get None: TRL reports from the main process only)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from orchestra.lineage import DEPS, LINEAGE_FILE, dir_md5
+    from orchestra.lineage import LINEAGE_FILE, dir_md5
+    from orchestra.stages import STAGES
     from orchestra.training.dist import is_main
 
     if not is_main():
@@ -132,7 +133,7 @@ def recipe_run(
     uri = tracking_uri(params, root)
     commit = git_commit(root.parent)
     stage = _STAGE.get(recipe)
-    hashes = {f"dvc.{up}": dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in DEPS[stage].upstream}
+    hashes = {f"dvc.{up}": dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in STAGES[stage].upstream}
     try:
         mlflow.set_tracking_uri(uri)
         client = mlflow.MlflowClient(uri)
@@ -166,7 +167,8 @@ def recipe_run(
             nested=active is not None,
         )
         if not resume_id:
-            mlflow.log_params(_flat(params.model_dump(mode="json")["train"], "orchestra.train."))
+            train = params.model_dump(mode="json").get("train", {})  # the train keys its stage reads
+            mlflow.log_params(_flat(train, "orchestra.train."))
     except MlflowException as e:
         raise TrackingError(f"MLflow at {uri}: {e}") from e
     try:

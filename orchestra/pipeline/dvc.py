@@ -1,7 +1,7 @@
 """DVC in step with the lineage: what a Dagster run built is recorded in ``dvc.lock``.
 
 Dagster and `make repro` build the same stages (``dvc.yaml`` says what each reads, as
-:data:`orchestra.lineage.DEPS` does). After a Dagster run, ``dvc commit`` of every stage whose lineage
+the stage table does). After a Dagster run, ``dvc commit`` of every stage whose lineage
 record says it is up to date writes its deps' and outputs' hashes to ``dvc.lock`` and its outputs to
 DVC's cache: ``dvc status`` is then clean, ``make repro`` recomputes nothing and ``dvc push`` has the
 outputs to ship, so a colleague's clone can ``dvc pull`` them instead of recomputing.
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
-from orchestra.lineage import DEPS, up_to_date
+from orchestra.lineage import up_to_date
+from orchestra.stages import STAGES
 
 __all__ = ["DVC_ENV", "DvcError", "dvc_executable", "dvc_project", "record_in_dvc"]
 
@@ -52,7 +53,7 @@ def record_in_dvc(params_path: str | Path, params: Params, root: Path) -> list[s
     project = dvc_project(params_path, root)
     if project is None:
         return []
-    names = [name for name in DEPS if up_to_date(name, params, root) is not None]
+    names = [name for name, stage in STAGES.items() if up_to_date(stage, params, root) is not None]
     if not names:
         return []
     cmd = [dvc_executable(project), "commit", "--force", "--quiet", *names]
@@ -68,3 +69,36 @@ def record_in_dvc(params_path: str | Path, params: Params, root: Path) -> list[s
             f"dvc commit of {', '.join(names)} failed: {(res.stderr or res.stdout).strip()[-2000:]}"
         )
     return names
+
+
+#: the header of the generated ``dvc.yaml``
+_HEADER = (
+    "# Generated from the stage table (orchestra/stages.py) by `orchestra dvc-yaml --write`; do not edit.\n"
+    "# One DVC stage per Dagster asset; each calls the same library code as the asset.\n"
+)
+
+
+def dvc_yaml(data_dir: str = "data") -> str:
+    """``dvc.yaml`` for the stage table: each stage's command, what it reads (upstream outputs, its code,
+    other inputs under the data folder), its params and its outputs."""
+    lines = [_HEADER.rstrip("\n"), "stages:"]
+    for name, stage in STAGES.items():
+        deps = [f"{data_dir}/{up}" for up in stage.upstream] + list(stage.code)
+        deps += [f"{data_dir}/{path}" for path in stage.inputs]
+        lines += [f"  {name}:", f"    cmd: .venv/bin/orchestra stage {name}", "    deps:"]
+        lines += [f"      - {d}" for d in deps]
+        lines += ["    params:", *(f"      - {k}" for k in stage.params), "    outs:"]
+        if stage.resumable:
+            lines += [
+                f"      - {data_dir}/{name}:",
+                "          persist: true  # a killed run resumes from its checkpoints",
+            ]
+        else:
+            lines.append(f"      - {data_dir}/{name}")
+        if stage.metrics:
+            lines.append("    metrics:")
+            lines += [
+                f"      - {data_dir}/{m}  # cached: `dvc metrics diff` reads any committed dvc.lock's"
+                for m in stage.metrics
+            ]
+    return "\n".join(lines) + "\n"

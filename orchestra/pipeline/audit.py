@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.store import read_run_record, run_dir
 from orchestra.errors import OrchestraError
 from orchestra.io import dir_digest
-from orchestra.lineage import DEPS, LINEAGE_FILE, dir_md5, read_record
+from orchestra.lineage import LINEAGE_FILE, dir_md5, read_record
+from orchestra.stages import STAGES
 
 __all__ = ["AuditError", "Link", "audit"]
 
@@ -74,7 +76,7 @@ def _stage_links(chain: str, root: Path, start: str) -> list[Link]:
                 now if ok else f"changed after it was built: {rec.get('outputs')} → {now}",
             )
         )
-        for up in DEPS[name].upstream:
+        for up in STAGES[name].upstream:
             want, have = rec.get("inputs", {}).get(up), dir_md5(root / up, exclude=(LINEAGE_FILE,))
             ok = want == have
             detail = have if ok else f"{up} changed after {name} read it: {want} → {have}"
@@ -88,8 +90,7 @@ def _stage_links(chain: str, root: Path, start: str) -> list[Link]:
 def _ge_link(chain: str, root: Path) -> Link:
     from orchestra.data.verified import check_verified
 
-    summary = _json(root / "verified_samples" / "summary.json") or {}
-    ge = _json(Path(summary.get("ge_result") or root / "verified_samples" / "ge" / "validation_result.json"))
+    ge = _json(run_dir(root / "verified_samples") / "ge" / "validation_result.json")
     if ge is None:
         return Link(chain, "verified_samples GE result", False, "no Great Expectations result")
     ok, detail = check_verified(root)
@@ -129,8 +130,7 @@ def _mlflow_links(chain: str, params: Params, root: Path, recipe: str, model: st
     from orchestra.training.tracking import tracking_uri
 
     policy_dir = root / f"policy_{recipe}"
-    summary = _json(policy_dir / "summary.json") or {}
-    run_id = summary.get("mlflow_run_id")
+    run_id = read_run_record(root, policy_dir.name).get("mlflow_run_id")
     if not run_id:
         return [Link(chain, "checkpoint → MLflow run", False, f"{policy_dir}: a checkpoint without a run")]
     client = mlflow.MlflowClient(tracking_uri(params, root))

@@ -1,0 +1,68 @@
+"""The one stage table: every row's function and checks exist, rows come after what they read, and a
+stage reads only the params its row declares (an undeclared read fails at the read, naming the key)."""
+
+import pickle
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestra.config import load_params
+from orchestra.pipeline.run import load_function, run_stage
+from orchestra.pipeline.scope import UndeclaredParams, scoped
+from orchestra.stages import STAGES, Stage
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_row_names_functions_that_exist_and_reads_only_earlier_rows() -> None:
+    seen: set[str] = set()
+    for name, stage in STAGES.items():
+        assert stage.name == name and set(stage.upstream) <= seen, name
+        assert callable(load_function(stage.fn)), stage.fn
+        for check in stage.checks:
+            assert callable(load_function(check.fn)), check.fn
+        assert stage.group in ("data", "training", "evaluation") and stage.params, name
+        seen.add(name)
+
+
+def test_scoped_params_give_what_is_declared_and_refuse_the_rest() -> None:
+    params = load_params(ROOT / "params.yaml")
+    view = scoped(params, ("seed", "train.sft", "eval.max_turns"), "some_stage")
+    assert view.seed is params.seed and view.train.sft is params.train.sft
+    assert view.eval.max_turns == params.eval.max_turns
+    with pytest.raises(UndeclaredParams, match=r"some_stage read params train\.dagrpo.*declares: eval"):
+        view.train.dagrpo  # noqa: B018 - the read is what fails
+    with pytest.raises(UndeclaredParams, match=r"read params eval\.tasks"):
+        view.eval.tasks  # noqa: B018
+    with pytest.raises(UndeclaredParams, match="read params agent"):
+        view.agent  # noqa: B018
+    assert view.model_dump(mode="json") == {
+        "seed": params.seed.model_dump(mode="json"),
+        "train": {"sft": params.train.sft.model_dump(mode="json")},
+        "eval": {"max_turns": params.eval.max_turns},
+    }
+    again = pickle.loads(pickle.dumps(view))  # a stage's worker processes get the same view
+    assert again.train.sft == params.train.sft
+    with pytest.raises(UndeclaredParams):
+        again.tools  # noqa: B018
+    copy = view.model_copy(update={"seed": params.seed.model_copy(update={"limit": 3})})
+    assert copy.seed.limit == 3 and view.seed.limit == params.seed.limit
+    with pytest.raises(UndeclaredParams):
+        view.model_copy(update={"tools": params.tools})
+
+
+def test_a_stage_that_reads_an_undeclared_key_fails_and_keeps_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = yaml.safe_load((ROOT / "params.yaml").read_text())
+    data["seed"].update(source="omnigaia", limit=5)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    params, root = load_params(tmp_path / "params.yaml"), tmp_path / "data"
+    run_stage("seed_tasks", params, root)
+    before = (root / "seed_tasks" / "tasks.json").read_bytes()
+    row = STAGES["seed_tasks"]
+    monkeypatch.setitem(STAGES, "seed_tasks", Stage(**{**row.__dict__, "params": ("tools",)}))
+    with pytest.raises(UndeclaredParams, match="stage seed_tasks read params seed,"):
+        run_stage("seed_tasks", params, root, force=True)
+    assert (root / "seed_tasks" / "tasks.json").read_bytes() == before
