@@ -45,7 +45,7 @@ def _run(params, bench: Path, out: Path, **kw) -> dict:  # type: ignore[no-untyp
 
 
 def cli() -> int:
-    from orchestra.agent.systems import backend_pool
+    from orchestra.backends.pool import backend_pool
     from orchestra.config import data_root, load_params
     from orchestra.evaluation.report import benchmark_file
 

@@ -36,11 +36,11 @@ from pathlib import Path
 
 from orchestra.agent.graph import TaskGraph
 from orchestra.agent.policies import oracle_for
+from orchestra.agent.runtime import Environment, open_runtime
 from orchestra.agent.scheduler import measure_overhead
-from orchestra.agent.systems import Environment, builtin_backends, evidence_of, run_task_sync
-from orchestra.config import AgentParams, WorldParams
+from orchestra.agent.systems import evidence_of, run_task_sync
+from orchestra.config import AgentParams, ToolParams, WorldParams
 from orchestra.schemas import ComputeStep, PerceiveStep, SubTask, Task, read_tasks_json
-from orchestra.tools.registry import default_registry
 
 
 def branches(task: Task) -> int:
@@ -57,6 +57,27 @@ def branches(task: Task) -> int:
         nodes.append(SubTask(id=f"E{i}", goal=s.op, depends_on=[outs[v] for v in refs if v in outs]))
     levels = TaskGraph(nodes).depth_levels() if nodes else []
     return len(levels[0]) if levels else 0
+
+
+def _measure(k: int, task: Task, env: Environment) -> tuple[float, float, float, float, bool, float, float]:
+    """Both systems on ``task`` (their order alternating with ``k``): latencies, the critical path, the
+    scheduler's overhead a decision, both right, the work over the bound, render seconds a decision."""
+    runs = {}
+    order = ("linear", "orchestra") if k % 2 == 0 else ("orchestra", "linear")
+    for system in order:
+        runs[system] = run_task_sync(task, system, oracle_for(task, system, env.agent), env)
+    lin, orc = runs["linear"], runs["orchestra"]
+    bound = orc.accounting["critical_path_s"]
+    decisions = len(orc.steps)
+    overhead = (orc.latency_s - bound - orc.accounting["policy_s"]) / max(decisions, 1)
+    ok = orc.answer == task.answer and lin.answer == task.answer
+    work = sum(e.latency_s for e in evidence_of(lin))
+    render = orc.accounting["render_s"] / max(decisions, 1)
+    print(
+        f"{task.id!s:<10} {lin.latency_s:9.3f} {orc.latency_s:8.3f} {bound:8.3f} "
+        f"{lin.latency_s / orc.latency_s:8.2f} {orc.latency_s / max(bound, 1e-9):6.2f} {ok}"
+    )
+    return lin.latency_s, orc.latency_s, bound, overhead, ok, work / max(bound, 1e-9), render
 
 
 def main() -> int:
@@ -95,34 +116,11 @@ def main() -> int:
     if args.verified is None:
         tasks = [t for t in read_tasks_json(world / "tasks.json") if branches(t) >= 2]
     agent = AgentParams(max_parallel=args.max_parallel)
-    env = Environment(
-        tools=default_registry(world),
-        backends=builtin_backends(agent),
-        agent=agent,
-        media_root=world / "media",
-    )
-    rows = []
     print(f"{'task':<10} {'linear_s':>9} {'orch_s':>8} {'bound_s':>8} {'speedup':>8} {'ratio':>6} ok")
-    for k, task in enumerate(tasks):
-        runs = {}
-        order = ("linear", "orchestra") if k % 2 == 0 else ("orchestra", "linear")
-        for system in order:
-            runs[system] = run_task_sync(task, system, oracle_for(task, system, agent), env)
-        lin, orc = runs["linear"], runs["orchestra"]
-        bound = orc.accounting["critical_path_s"]
-        decisions = len(orc.steps)
-        overhead = (orc.latency_s - bound - orc.accounting["policy_s"]) / max(decisions, 1)
-        ok = orc.answer == task.answer and lin.answer == task.answer
-        work = sum(e.latency_s for e in evidence_of(lin))
-        render = orc.accounting["render_s"] / max(decisions, 1)
-        rows.append((lin.latency_s, orc.latency_s, bound, overhead, ok, work / max(bound, 1e-9), render))
-        print(
-            f"{task.id!s:<10} {lin.latency_s:9.3f} {orc.latency_s:8.3f} {bound:8.3f} "
-            f"{lin.latency_s / orc.latency_s:8.2f} {orc.latency_s / max(bound, 1e-9):6.2f} {ok}"
-        )
+    with open_runtime(agent, ToolParams(), pages=world, media_root=world / "media") as env:
+        rows = [_measure(k, task, env) for k, task in enumerate(tasks)]
     if tmp is not None:
         tmp.cleanup()
-    env.tools.close()
     n = len(rows)
     if n == 0:
         print("RESULT parallel_speedup pass=false tasks=0 (no multi-branch tasks)")

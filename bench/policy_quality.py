@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 from orchestra.answers import answers_equal
@@ -67,23 +66,18 @@ def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  
 def end_to_end(params, root: Path, n_tasks: int | None) -> dict[str, float]:  # type: ignore[no-untyped-def]
     from orchestra.agent.lm_policy import lm_policy
     from orchestra.agent.policies import OraclePolicy
-    from orchestra.agent.systems import Environment, builtin_backends, run_task_sync
+    from orchestra.agent.runtime import open_runtime
+    from orchestra.agent.systems import run_task_sync
     from orchestra.config import ProviderSpec
     from orchestra.data.trajectories import load_verified
-    from orchestra.tools.cache import open_perception_cache
-    from orchestra.tools.registry import default_registry
 
     tasks = [s.task for s in load_verified(root) if s.split == "test"][:n_tasks]
     seeds_dir = root / "seed_tasks"
-    cache = open_perception_cache(root, params.tools)
     acc: dict[str, float] = {}
-    with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
-        env = Environment(
-            tools=tools,
-            backends=builtin_backends(params.agent),
-            agent=params.agent,
-            media_root=seeds_dir / "media",
-        )
+    runtime = open_runtime(
+        params.agent, params.tools, pages=seeds_dir, media_root=seeds_dir / "media", cache_dir=root
+    )
+    with runtime as env:
         policies = {"oracle": None}
         policies.update(
             {r: root / f"policy_{r}" / "model" for r in RECIPES if (root / f"policy_{r}" / "model").is_dir()}

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 from orchestra.agent.policies import OraclePolicy
-from orchestra.agent.systems import Environment, builtin_backends, run_task_sync
-from orchestra.config import AgentParams, WorldParams
+from orchestra.agent.runtime import open_runtime
+from orchestra.agent.systems import run_task_sync
+from orchestra.config import AgentParams, ToolParams, WorldParams
 from orchestra.schemas import read_tasks_json
-from orchestra.tools.registry import default_registry
 
 ROUTINGS = {
     "a cheapest": {"routing": "cheapest", "escalate": False},
@@ -60,10 +60,7 @@ def main() -> int:
     tasks = [t for t in read_tasks_json(world / "tasks.json") if t.solution_program]
     agent = AgentParams(max_parallel=args.max_parallel)
     results: dict[str, tuple[int, float, float, int]] = {}
-    with default_registry(world) as tools:
-        env = Environment(
-            tools=tools, backends=builtin_backends(agent), agent=agent, media_root=world / "media"
-        )
+    with open_runtime(agent, ToolParams(), pages=world, media_root=world / "media") as env:
         print(f"{len(tasks)} tasks; pool: {', '.join(env.backends.names())}")
         head = ("routing", "correct", "accuracy", "cost", "cost/task", "wall s", "nodes")
         print(f"{head[0]:<24}" + "".join(f"{h:>10}" for h in head[1:]))

@@ -32,7 +32,7 @@ from orchestra.agent.expert import expert_decision
 from orchestra.agent.memory import Evidence, sufficiency
 from orchestra.agent.refs import modal_key, substitute
 from orchestra.agent.state import STYLES, OrchestraState, ToolCard, history_from_evidence, render_state
-from orchestra.agent.systems import builtin_backends
+from orchestra.backends.pool import builtin_backends
 from orchestra.config import AgentParams, WorldParams
 from orchestra.schemas import Delegate, Task, read_tasks_json
 from orchestra.text import count_tokens, format_value

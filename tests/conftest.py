@@ -22,7 +22,7 @@ from orchestra.tools.base import ToolRegistry
 from orchestra.tools.registry import action_tools, page_store
 
 if TYPE_CHECKING:
-    from orchestra.agent.systems import Environment
+    from orchestra.agent.runtime import Environment
 
 SMALL_WORLD = WorldParams(n_seeds=24, n_entities=60)
 SMALL_MUXED_WORLD = WorldParams(n_seeds=24, n_entities=60, video_audio_track="muxed")
@@ -66,7 +66,8 @@ def small_muxed_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def world_env(small_world: Path) -> Iterator[Environment]:
     """The embedded-default runtime over ``small_world``: its tools and the builtin expert pool."""
-    from orchestra.agent.systems import Environment, builtin_backends
+    from orchestra.agent.runtime import Environment
+    from orchestra.backends.pool import builtin_backends
     from orchestra.tools.registry import default_registry
 
     agent = AgentParams()

@@ -16,8 +16,9 @@ import pytest
 
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
+from orchestra.evaluation.items import load_items
 from orchestra.evaluation.report import LADDER, flat_metrics, markdown_report, timing_report
-from orchestra.evaluation.runner import EvalConfig, EvalError, load_items, run_eval
+from orchestra.evaluation.runner import EvalConfig, EvalError, run_eval
 from orchestra.evaluation.scoring import extract_answer
 from orchestra.io import atomic_write_text
 

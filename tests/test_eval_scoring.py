@@ -16,7 +16,7 @@ from orchestra.answers import exact_match, normalize, numeric_match
 from orchestra.config import ProviderSpec
 from orchestra.data.seeds import omnigaia_metadata_path
 from orchestra.errors import ConfigError
-from orchestra.evaluation.runner import latencies
+from orchestra.evaluation.items import latencies
 from orchestra.evaluation.scoring import (
     CATEGORIES,
     CATEGORY_SHORT,

@@ -11,8 +11,9 @@ import pytest
 from orchestra.agent.decision import Action, render_decision
 from orchestra.agent.expert import ExpertError, expert_decision, progress
 from orchestra.agent.policies import ScriptedPolicy, oracle_for
+from orchestra.agent.runtime import Environment
 from orchestra.agent.state import OrchestraState
-from orchestra.agent.systems import Environment, run_task_sync
+from orchestra.agent.systems import run_task_sync
 from orchestra.schemas import Delegate, Finish, MaestroSearch, SubTask, Task, read_tasks_json
 
 

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from orchestra.agent.lm_policy import LMPolicy
+from orchestra.agent.runtime import Environment
 from orchestra.agent.serve import ModelResponder, ScriptedResponder, start_server
 from orchestra.agent.state import OrchestraState
-from orchestra.agent.systems import Environment, builtin_backends, run_task_sync
+from orchestra.agent.systems import run_task_sync
 from orchestra.backends.base import SubTaskInput
 from orchestra.backends.openai_backend import OpenAIBackend
+from orchestra.backends.pool import builtin_backends
 from orchestra.config import AgentParams
 from orchestra.lm.chat import LMError
 from orchestra.lm.openai_chat import OpenAIClient
@@ -229,7 +231,7 @@ def test_react_with_a_model_calling_tools_itself(small_world: Path, tools) -> No
 def test_openai_backend_from_params_in_the_pool(small_world: Path, tools) -> None:  # type: ignore[no-untyped-def]
     """params.agent.backends with kind openai: the orchestrator delegates to it like to any expert."""
     from orchestra.agent.policies import ScriptedPolicy
-    from orchestra.agent.systems import backend_pool
+    from orchestra.backends.pool import backend_pool
     from orchestra.config import BackendSpec, ProviderSpec
 
     page = _page(small_world)

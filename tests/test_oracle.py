@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from orchestra.agent.policies import OraclePolicy, oracle_for
+from orchestra.agent.runtime import Environment
 from orchestra.agent.state import OrchestraState
-from orchestra.agent.systems import Environment, evidence_of, run_task_sync
+from orchestra.agent.systems import evidence_of, run_task_sync
 from orchestra.backends.goals import PERCEPTIONS
 from orchestra.config import AgentParams
 from orchestra.schemas import Delegate, Finish, PerceiveStep, Task, read_tasks_json
@@ -67,7 +68,7 @@ def test_oracle_answers_muxed_video_tasks(small_muxed_world: Path) -> None:
     """``video_audio_track: muxed``: the "video w/ audio" tasks (one MP4 each; the world's other tasks
     are the same files as above) answered as well, the audio step extracting the video's sound track
     before the audio tool."""
-    from orchestra.agent.systems import builtin_backends
+    from orchestra.backends.pool import builtin_backends
 
     tasks = [t for t in read_tasks_json(small_muxed_world / "tasks.json") if t.task_type == "video w/ audio"]
     assert len(tasks) >= 5 and all(len(t.omni_modal_input) == 1 for t in tasks)

@@ -16,7 +16,7 @@ from orchestra.agent.decision import render_decision
 from orchestra.agent.expert import expert_decision
 from orchestra.agent.serve import ScriptedResponder, start_server
 from orchestra.agent.state import OrchestraState
-from orchestra.agent.systems import builtin_backends
+from orchestra.backends.pool import builtin_backends
 from orchestra.config import AgentParams, Params
 from orchestra.data.trajectories import check_decision_samples
 from orchestra.data.verified import check_kept_with_suite, check_verified

@@ -140,8 +140,9 @@ def test_outcome_rows_are_the_sampled_decisions_within_the_context(
     gives the raw output), each fits the model's context, and row j of every decision of a task comes
     from the same rollout (the same rewards)."""
     import orchestra.agent.systems as systems
+    from orchestra.agent.runtime import Environment
     from orchestra.agent.state import OrchestraState
-    from orchestra.agent.systems import Environment, builtin_backends
+    from orchestra.backends.pool import builtin_backends
     from orchestra.data.trajectories import load_verified
     from orchestra.tools.registry import default_registry
     from orchestra.training.outcome import decision_prompt, make_rollout

@@ -9,9 +9,11 @@ import yaml
 
 from orchestra.agent.expert import expert_decision
 from orchestra.agent.policies import OraclePolicy
+from orchestra.agent.runtime import Environment
 from orchestra.agent.state import OrchestraState
-from orchestra.agent.systems import Environment, backend_pool, builtin_backends, evidence_of, run_task_sync
+from orchestra.agent.systems import evidence_of, run_task_sync
 from orchestra.backends.base import BackendError
+from orchestra.backends.pool import backend_pool, builtin_backends
 from orchestra.backends.registry import default_registry_path, expert_specs, load_registry, write_registry
 from orchestra.config import AgentParams, ProviderSpec, WorldParams
 from orchestra.evaluation.calibrate import calibrate, calibrated_registry

@@ -9,8 +9,9 @@ import pytest
 from test_memory_state import state  # the shared example state
 
 from orchestra.agent.policies import ScriptedPolicy
+from orchestra.agent.runtime import Environment
 from orchestra.agent.state import ContextBudgetError, render_state, system_prompt
-from orchestra.agent.systems import Environment, evidence_of, run_task_sync
+from orchestra.agent.systems import evidence_of, run_task_sync
 from orchestra.backends.base import BackendCard
 from orchestra.backends.goals import GoalError, goal_phrases, parse_goal
 from orchestra.config import AgentParams, ConfigError, ProviderSpec, parse_params

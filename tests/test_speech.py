@@ -376,7 +376,9 @@ def test_oracle_answers_speech_tasks_with_the_speech_tool(speech_world: Path) ->
     names it knows are the world's page titles): most speech tasks answered right, and every wrong
     answer comes from a misheard number or name."""
     from orchestra.agent.policies import oracle_for
-    from orchestra.agent.systems import Environment, builtin_backends, evidence_of, run_task_sync
+    from orchestra.agent.runtime import Environment
+    from orchestra.agent.systems import evidence_of, run_task_sync
+    from orchestra.backends.pool import builtin_backends
     from orchestra.config import AgentParams
     from orchestra.schemas import PerceiveStep, read_tasks_json
     from orchestra.tools.registry import default_registry

@@ -12,8 +12,9 @@ import pytest
 
 from orchestra.agent.decision import MaestroSearch, parse_decision
 from orchestra.agent.policies import ScriptedPolicy, oracle_for
+from orchestra.agent.runtime import Environment
 from orchestra.agent.state import OrchestraState, render_state
-from orchestra.agent.systems import Environment, evidence_of, run_task_sync
+from orchestra.agent.systems import evidence_of, run_task_sync
 from orchestra.backends.base import Backend, BackendRegistry, SubResult, SubTaskInput
 from orchestra.backends.goals import PERCEPTIONS, GoalError, match_field, parse_goal, perception_goal
 from orchestra.schemas import (

@@ -84,67 +84,27 @@ def answer(
     out: Path | None = typer.Option(None, "--out", "-o", help="also write the trajectory JSON to this file"),
 ) -> None:
     """Answer a question (or a world task) with a system and policy; print the answer and the trajectory."""
-    from orchestra.agent.lm_policy import LMPolicy, lm_policy
-    from orchestra.agent.policies import Policy, ScriptedPolicy, oracle_for
-    from orchestra.agent.systems import SYSTEMS, Environment, backend_pool, run_task_sync, system_format
+    from orchestra.agent.runtime import open_runtime
+    from orchestra.agent.systems import SYSTEMS
     from orchestra.config import Params, load_params
-    from orchestra.schemas import ModalInput, Task, read_tasks_json
-    from orchestra.tools.registry import default_registry
 
     try:
         if system not in SYSTEMS:
             raise OrchestraError(f"unknown system {system!r}; valid: {', '.join(SYSTEMS)}")
         params = load_params(params_file) if params_file.is_file() else Params()
-        media_root: Path | None = None
-        if task_id is not None:
-            if world is None:
-                raise OrchestraError("--task needs --world")
-            found = [t for t in read_tasks_json(world / "tasks.json") if str(t.id) == task_id]
-            if not found:
-                raise OrchestraError(f"no task {task_id!r} in {world / 'tasks.json'}")
-            task, media_root = found[0], world / "media"
-        else:
-            if not question:
-                raise OrchestraError("give --question (or --task with --world)")
-            mods = []
-            for k, p in enumerate(inputs, 1):
-                if p.suffix.lower() not in _TYPES or not p.is_file():
-                    raise OrchestraError(f"--input {p}: not a readable {'/'.join(_TYPES)} file")
-                mods.append(ModalInput(type=_TYPES[p.suffix.lower()], id=f"input{k}", path=str(p.resolve())))
-            task = Task(id="cli", question=question, omni_modal_input=mods, answer="?")
-        backends = backend_pool(params.agent, params.providers)
-        tools = default_registry(world, params.tools)
-        env = Environment(
-            tools=tools, backends=backends, agent=params.agent, media_root=media_root, max_turns=max_turns
-        )
-        pol: Policy
-        if policy == "oracle":
-            if task_id is None:
-                raise OrchestraError("the oracle replays a world task's program: give --task and --world")
-            pol = oracle_for(task, system, params.agent)
-        elif policy.startswith("script:"):
-            lines = Path(policy[7:]).read_text(encoding="utf-8").splitlines()
-            pol = ScriptedPolicy([x for x in lines if x.strip()], fmt=system_format(system))  # type: ignore[arg-type]
-        elif policy in params.providers:
-            pol = lm_policy(params.providers[policy], params.agent, fmt=system_format(system), name=policy)
-        else:
-            raise OrchestraError(
-                f"unknown policy {policy!r}: oracle, script:FILE or one of {sorted(params.providers)}"
-            )
+        task, media_root = _the_task(question, inputs, task_id, world)
+        pol = _the_policy(policy, system, task if task_id is not None else None, params)
         t0 = time.perf_counter()
-        try:
-            if system == "react" and isinstance(pol, LMPolicy):  # the model calls the tools itself
-                import asyncio
-
-                from orchestra.agent.systems import run_react_lm
-                from orchestra.backends.openai_backend import OpenAIBackend
-
-                agent_lm = OpenAIBackend("react_agent", pol.client, {"reasoning": 1.0})
-                traj = asyncio.run(run_react_lm(task, agent_lm, env, pol.name))
-            else:
-                traj = run_task_sync(task, system, pol, env)  # type: ignore[arg-type]
-        finally:
-            tools.close()
+        runtime = open_runtime(
+            params.agent,
+            params.tools,
+            pages=world,
+            media_root=media_root,
+            providers=params.providers,
+            max_turns=max_turns,
+        )
+        with runtime as env:
+            traj = _run(task, system, pol, env)
     except (OrchestraError, OSError) as e:
         raise fail(str(e)) from e
     text = json.dumps(traj.model_dump(mode="json"), ensure_ascii=False, indent=2)
@@ -158,6 +118,65 @@ def answer(
     typer.echo(traj.answer if traj.answer is not None else f"(no answer: {traj.error})")
     _tree(traj)
     typer.echo(f"wall {time.perf_counter() - t0:.2f}s")
+
+
+def _the_task(
+    question: str | None, inputs: list[Path], task_id: str | None, world: Path | None
+) -> tuple[Any, Any]:
+    """The task to answer and the folder its media paths are relative to (None: absolute paths)."""
+    from orchestra.schemas import ModalInput, Task, read_tasks_json
+
+    if task_id is not None:
+        if world is None:
+            raise OrchestraError("--task needs --world")
+        found = [t for t in read_tasks_json(world / "tasks.json") if str(t.id) == task_id]
+        if not found:
+            raise OrchestraError(f"no task {task_id!r} in {world / 'tasks.json'}")
+        return found[0], world / "media"
+    if not question:
+        raise OrchestraError("give --question (or --task with --world)")
+    mods = []
+    for k, p in enumerate(inputs, 1):
+        if p.suffix.lower() not in _TYPES or not p.is_file():
+            raise OrchestraError(f"--input {p}: not a readable {'/'.join(_TYPES)} file")
+        mods.append(ModalInput(type=_TYPES[p.suffix.lower()], id=f"input{k}", path=str(p.resolve())))
+    return Task(id="cli", question=question, omni_modal_input=mods, answer="?"), None
+
+
+def _the_policy(policy: str, system: str, world_task: Any, params: Any) -> Any:
+    """The policy ``--policy`` names (the oracle replays ``world_task``'s program)."""
+    from orchestra.agent.lm_policy import lm_policy
+    from orchestra.agent.policies import ScriptedPolicy, oracle_for
+    from orchestra.agent.systems import system_format
+
+    if policy == "oracle":
+        if world_task is None:
+            raise OrchestraError("the oracle replays a world task's program: give --task and --world")
+        return oracle_for(world_task, system, params.agent)  # type: ignore[arg-type]
+    if policy.startswith("script:"):
+        lines = Path(policy[7:]).read_text(encoding="utf-8").splitlines()
+        return ScriptedPolicy([x for x in lines if x.strip()], fmt=system_format(system))  # type: ignore[arg-type]
+    if policy in params.providers:
+        return lm_policy(params.providers[policy], params.agent, fmt=system_format(system), name=policy)  # type: ignore[arg-type]
+    raise OrchestraError(
+        f"unknown policy {policy!r}: oracle, script:FILE or one of {sorted(params.providers)}"
+    )
+
+
+def _run(task: Any, system: str, pol: Any, env: Any) -> Any:
+    """One run of ``system`` with ``pol``: a ReAct agent on a chat model calls the tools itself."""
+    from orchestra.agent.lm_policy import LMPolicy
+    from orchestra.agent.systems import run_task_sync
+
+    if system == "react" and isinstance(pol, LMPolicy):
+        import asyncio
+
+        from orchestra.agent.systems import run_react_lm
+        from orchestra.backends.openai_backend import OpenAIBackend
+
+        agent_lm = OpenAIBackend("react_agent", pol.client, {"reasoning": 1.0})
+        return asyncio.run(run_react_lm(task, agent_lm, env, pol.name))
+    return run_task_sync(task, system, pol, env)  # type: ignore[arg-type]
 
 
 @app.command("serve")

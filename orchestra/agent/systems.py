@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +13,7 @@ from orchestra.agent.graph import GraphError, TaskGraph
 from orchestra.agent.memory import Evidence, EvidenceStore, sufficiency
 from orchestra.agent.policies import Policy, PolicyReply
 from orchestra.agent.refs import ReferenceError_, find_refs, substitute
+from orchestra.agent.runtime import Environment
 from orchestra.agent.scheduler import Limits, run_graph
 from orchestra.agent.state import (
     HistoryItem,
@@ -27,18 +25,14 @@ from orchestra.agent.state import (
 from orchestra.agent.subagent import SubAgent
 from orchestra.backends.base import Backend, BackendRegistry
 from orchestra.backends.builtin import BuiltinExpert
-from orchestra.config import SKILLS, AgentParams, LatencySpec, PriceSpec, ProviderSpec
+from orchestra.config import SKILLS, AgentParams, LatencySpec, PriceSpec
 from orchestra.errors import OrchestraError
 from orchestra.schemas import Delegate, Finish, Task, Trajectory, TrajectoryStep
 from orchestra.text import format_value
-from orchestra.tools.base import ToolRegistry
 
 __all__ = [
     "SYSTEMS",
-    "Environment",
     "System",
-    "backend_pool",
-    "builtin_backends",
     "evidence_of",
     "react_agent",
     "run_react_lm",
@@ -49,18 +43,6 @@ __all__ = [
 
 System = Literal["orchestra", "linear", "react", "maestro"]
 SYSTEMS: tuple[System, ...] = ("orchestra", "linear", "react", "maestro")
-
-
-@dataclass
-class Environment:
-    """What every system runs against: tool pool, backend pool, agent params, the media folder."""
-
-    tools: ToolRegistry
-    backends: BackendRegistry
-    agent: AgentParams = field(default_factory=AgentParams)
-    media_root: Path | None = None
-    max_turns: int = 8
-    seed: int = 0
 
 
 def system_format(system: System) -> Format:
@@ -339,31 +321,3 @@ def run_task_sync(task: Task, system: System, policy: Policy, env: Environment) 
 def evidence_of(trajectory: Trajectory) -> list[Evidence]:
     """Every sub-task evidence recorded in a trajectory, in run order."""
     return [Evidence.model_validate(r) for s in trajectory.steps for r in s.results]
-
-
-def builtin_backends(agent: AgentParams) -> BackendRegistry:
-    """The builtin experts of the pool (the registry file's, with ``agent.backends`` on top)."""
-    from orchestra.backends.base import registry_from_params
-    from orchestra.backends.builtin import builtin_factory
-    from orchestra.backends.registry import expert_specs, registry_for
-
-    reg = registry_for(agent)
-    specs = {k: v for k, v in expert_specs(agent, reg).items() if v.kind == "builtin"}
-    return registry_from_params(specs, {"builtin": partial(builtin_factory, routines=reg.routines())})
-
-
-def backend_pool(agent: AgentParams, providers: Mapping[str, ProviderSpec]) -> BackendRegistry:
-    """The whole pool B (the registry file's experts, with ``agent.backends`` on top): builtin experts,
-    and ``openai``/``transformers`` experts on the chat client their provider names (clients are
-    built, nothing is called)."""
-    from orchestra.backends.base import registry_from_params
-    from orchestra.backends.builtin import builtin_factory
-    from orchestra.backends.openai_backend import openai_factory
-    from orchestra.backends.registry import expert_specs, registry_for
-
-    reg = registry_for(agent)
-    lm = openai_factory(providers)
-    builtin = partial(builtin_factory, routines=reg.routines())
-    return registry_from_params(
-        expert_specs(agent, reg), {"builtin": builtin, "openai": lm, "transformers": lm}
-    )

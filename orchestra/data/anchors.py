@@ -34,7 +34,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -273,19 +272,24 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
     rejected.jsonl (seed, reason) and summary.json into data/anchor_facts (replaced atomically).
     ``anchors.provider`` of kind openai states the facts first (:func:`state_facts`); its failed call
     is a StageError, before any file is written."""
-    from orchestra.agent.systems import Environment, backend_pool
+    from orchestra.agent.runtime import open_runtime
     from orchestra.data.seeds import load_seed_tasks
-    from orchestra.tools.cache import open_perception_cache
-    from orchestra.tools.registry import default_registry
 
     key = params.anchors.provider
     spec = stage_provider(params, key, "anchors.provider")
     seeds_dir = Path(root) / "seed_tasks"
     tasks = load_seed_tasks(seeds_dir)
-    backends = backend_pool(params.agent, params.providers)
-    cache = open_perception_cache(Path(root), params.tools)
-    with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
-        env = Environment(tools, backends, params.agent, seeds_dir / "media", params.anchors.max_turns)
+    runtime = open_runtime(
+        params.agent,
+        params.tools,
+        pages=seeds_dir,
+        media_root=seeds_dir / "media",
+        cache_dir=Path(root),
+        providers=params.providers,
+        max_turns=params.anchors.max_turns,
+    )
+    with runtime as env:
+        tools, backends, cache = env.tools, env.backends, env.perception
         solved = solve_seeds(tasks, params, env)
         tasks = with_references(tasks, solved.solutions)
         stated = None

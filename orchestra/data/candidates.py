@@ -249,18 +249,20 @@ def _write_own(
     root: Path,
 ) -> tuple[list[RewriteCandidate], list[dict[str, str]]]:
     """:func:`written_candidates` with the stage's tools (perception cache on) and backend pool."""
-    from contextlib import nullcontext
-
-    from orchestra.agent.systems import backend_pool
-    from orchestra.tools.cache import open_perception_cache
-    from orchestra.tools.registry import default_registry
+    from orchestra.agent.runtime import open_runtime
 
     seeds_dir = root / "seed_tasks"
-    cache = open_perception_cache(root, params.tools)
-    with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
-        checker = Checker(
-            backend_pool(params.agent, params.providers), tools, seeds_dir / "media", params.agent
-        )
+    media = seeds_dir / "media"
+    runtime = open_runtime(
+        params.agent,
+        params.tools,
+        pages=seeds_dir,
+        media_root=media,
+        cache_dir=root,
+        providers=params.providers,
+    )
+    with runtime as env:
+        checker = Checker(env.backends, env.tools, media, params.agent)
         return written_candidates(seeds, anchors, strategies, provider, checker)
 
 

@@ -38,7 +38,7 @@ def step_seconds(agent: AgentParams) -> dict[str, float]:
     """Per skill and per tool, the calibrated p50 seconds of the expert cost-aware selection picks for
     a demand of that skill alone (the expert that runs it), its base latency when it was not measured
     on it. A tool's own p50 counts where calibration has one: one skill's tools can differ tenfold."""
-    from orchestra.agent.systems import builtin_backends
+    from orchestra.backends.pool import builtin_backends
 
     pool = list(builtin_backends(agent))
     specs = expert_specs(agent)

@@ -6,7 +6,6 @@ import asyncio
 import json
 import time
 from collections import Counter
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +42,24 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
     :func:`orchestra.data.store.join_clock` puts them back), failed.jsonl (sample, answer, error) and
     summary.json."""
     from orchestra.agent.policies import OraclePolicy
-    from orchestra.agent.systems import Environment, backend_pool, run_task
-    from orchestra.tools.cache import open_perception_cache
-    from orchestra.tools.registry import default_registry
+    from orchestra.agent.runtime import open_runtime
+    from orchestra.agent.systems import run_task
 
     root = Path(root)
     samples = [s for s in load_verified(root) if s.split in ("train", "val")]
     seeds_dir = root / "seed_tasks"
     agent = params.agent
-    cache = open_perception_cache(root, params.tools)
     t0 = time.perf_counter()
-    with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
-        env = Environment(
-            tools=tools,
-            backends=backend_pool(agent, params.providers),
-            agent=agent,
-            media_root=seeds_dir / "media",
-        )
+    runtime = open_runtime(
+        agent,
+        params.tools,
+        pages=seeds_dir,
+        media_root=seeds_dir / "media",
+        cache_dir=root,
+        providers=params.providers,
+    )
+    with runtime as env:
+        cache = env.perception
 
         async def main() -> list[Trajectory]:
             gate = asyncio.Semaphore(max(1, concurrency))

@@ -96,9 +96,9 @@ def calibrate(
 ) -> list[CalibrationItem]:
     """Run every builtin expert of ``registry`` (with ``agent.backends`` on top) on a fresh world
     made from ``world`` (in a temporary folder) and return one item per (expert, step)."""
-    from orchestra.agent.systems import builtin_backends
     from orchestra.backends.base import registry_from_params
     from orchestra.backends.builtin import builtin_factory
+    from orchestra.backends.pool import builtin_backends
     from orchestra.tools.registry import default_registry
     from orchestra.world import generate_world
 

@@ -19,7 +19,6 @@ import shutil
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +143,7 @@ def _run_shards(params: Params, root: Path, rows: list[Row], shards: list[int], 
 def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """Every row over all shards, in benchmark order; scores.json and the DVC metrics; each row's wall
     seconds and latencies (the shards' clocks) in the stage's run record (:data:`TIMING_FILE`)."""
-    from orchestra.evaluation.runner import latencies, load_clocks, write_summary
+    from orchestra.evaluation.items import latencies, load_clocks, write_summary
 
     out = Path(root) / STAGE
     scores: dict[str, Any] = {}
@@ -163,7 +162,9 @@ def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[st
         order = {str(t.id): i for i, t in enumerate(_tasks(cfg))}
         items.sort(key=lambda it: order[str(it["id"])])
         with atomic_dir(out / row.key) as tmp:
-            summary = write_summary(replace(cfg, out=tmp), items)
+            summary = write_summary(
+                tmp, items, system=cfg.system, policy=cfg.portable_policy(), samples=cfg.samples
+            )
         label = row.label
         if row.policy == "untrained":
             label += f" ({cfg.limit} tasks, {cfg.max_turns} turn(s) at most)"

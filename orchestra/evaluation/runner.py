@@ -20,39 +20,38 @@ import asyncio
 import hashlib
 import json
 import os
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestra.answers import exact_match, numeric_match
-from orchestra.config import Params, ProviderSpec
+from orchestra.config import AgentParams, Params, ProviderSpec
 from orchestra.data.store import run_dir, split_clock
 from orchestra.errors import OrchestraError
-from orchestra.evaluation.scoring import LLMJudge, extract_answer, latency_summary, summarize
+from orchestra.evaluation.items import (
+    CLOCK_FILE,
+    ITEMS_FILE,
+    append_line,
+    base_item,
+    failed_item,
+    item_messages,
+    latencies,
+    load_clocks,
+    load_items,
+    scored,
+    tool_calls,
+    vote,
+    write_summary,
+    write_timing,
+)
+from orchestra.evaluation.scoring import LLMJudge, extract_answer
 from orchestra.io import atomic_write_text, dir_digest, dump_json, record_dict
-from orchestra.schemas import Task, Trajectory, read_tasks_json
+from orchestra.schemas import Task, read_tasks_json
 
-__all__ = [
-    "EvalConfig",
-    "EvalError",
-    "item_messages",
-    "latencies",
-    "load_clocks",
-    "load_items",
-    "run_eval",
-    "write_summary",
-    "write_timing",
-]
+__all__ = ["EvalConfig", "EvalError", "run_eval"]
 
-ITEMS_FILE = "items.jsonl"
 RUN_FILE = "run.json"
-#: under ``<out>/_run/``: one line per finished item (its latency and its trajectory's timings)
-CLOCK_FILE = "clock.jsonl"
-#: under ``<out>/_run/``: the latency percentiles of the items that ran
-TIMING_FILE = "timing.json"
 
 
 class EvalError(OrchestraError):
@@ -129,44 +128,6 @@ def _plain(v: Any) -> Any:
     return str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
 
 
-def load_items(out: Path) -> dict[str, dict[str, Any]]:
-    """The finished items of ``out``, by task id. A last line cut short by a kill is dropped (and
-    trimmed from the file, so the next append starts a clean line)."""
-    path = out / ITEMS_FILE
-    if not path.is_file():
-        return {}
-    data = path.read_bytes()
-    good = data[: data.rfind(b"\n") + 1]
-    if len(good) != len(data):
-        with path.open("r+b") as f:
-            f.truncate(len(good))
-    items = {}
-    for line in good.decode("utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            items[str(row["id"])] = row
-    return items
-
-
-def item_messages(traj: Trajectory) -> list[dict[str, str]]:
-    """The main agent's chat: the system message, then each state and decision, then the final
-    ``<answer>…</answer>`` (empty when the run gave none)."""
-    msgs: list[dict[str, str]] = []
-    for step in traj.steps:
-        for m in step.state_messages:
-            if m.get("role") == "system" and msgs:
-                continue
-            msgs.append({"role": str(m.get("role")), "content": str(m.get("content", ""))})
-        if step.raw_output is not None:
-            msgs.append({"role": "assistant", "content": step.raw_output})
-    msgs.append({"role": "assistant", "content": f"<answer>{traj.answer or ''}</answer>"})
-    return msgs
-
-
-def _tool_calls(traj: Trajectory) -> int:
-    return sum(int(u.get("calls", 0)) for u in (traj.accounting.get("tool") or {}).values())
-
-
 def _missing_media(task: Task, media: Path) -> list[str]:
     out = []
     for m in task.omni_modal_input:
@@ -174,15 +135,6 @@ def _missing_media(task: Task, media: Path) -> list[str]:
         if not (p if p.is_absolute() else media / p).is_file():
             out.append(m.path)
     return out
-
-
-def _vote(answers: Sequence[str]) -> str:
-    """The most frequent non-empty answer (first seen wins a tie); empty when all are."""
-    counts = Counter(a for a in answers if a.strip())
-    if not counts:
-        return ""
-    best = max(counts.values())
-    return next(a for a in answers if counts.get(a) == best)
 
 
 class _Policies:
@@ -251,56 +203,31 @@ def _untrained_dir(params: Params, cfg: EvalConfig) -> Path:
     return dst
 
 
-def _append(path: Path, row: Mapping[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _base_item(task: Task) -> dict[str, Any]:
-    return {**record_dict(task), "id": task.id}
-
-
-def _scored(
-    task: Task, item: dict[str, Any], judge: LLMJudge | None, answers: Sequence[str]
-) -> dict[str, Any]:
-    pred = item["predicted_answer"]
-    item["em_score"] = exact_match(pred, task.answer)
-    item["numeric_score"] = numeric_match(pred, task.answer)
-    if judge is not None:
-        v = judge.judge(task.question, pred, task.answer)
-        item["llm_equal"], item["judge"] = int(v.equal), v.reason
-    else:
-        item["llm_equal"], item["judge"] = None, None
-    if len(answers) > 1:
-        item["samples"] = [{"answer": a, "em_score": exact_match(a, task.answer)} for a in answers]
-    return item
-
-
-def _failed(task: Task, reason: str, judge: LLMJudge | None, samples: int) -> dict[str, Any]:
-    item = _base_item(task)
-    item.update(
-        predicted_answer="",
-        tool_call_num=0,
-        messages=[],
-        trajectory=None,
-        tokens=0,
-        cost=0.0,
-        error=None,
-        not_run=reason,
-    )
-    return _scored(task, item, judge, [""] * samples if samples > 1 else [""])
-
-
 def run_eval(
     params: Params, cfg: EvalConfig, on_item: Callable[[dict[str, Any], int, int], None] | None = None
 ) -> dict[str, Any]:
     """Evaluate ``cfg`` (see :class:`EvalConfig`); returns the summary (also in ``summary.json``).
     ``on_item(item, done, total)`` is called after each finished item (the CLI's progress bar)."""
-    from orchestra.agent.systems import SYSTEMS, Environment, backend_pool, run_task
-    from orchestra.tools.cache import open_perception_cache
-    from orchestra.tools.registry import default_registry
+    tasks = _tasks_of(cfg)
+    _claim(cfg)
+    done = load_items(cfg.out)
+    if cfg.judge and cfg.judge not in params.providers:
+        raise EvalError(f"--judge {cfg.judge!r} is not a key of params providers")
+    judge = LLMJudge(params.providers[cfg.judge]) if cfg.judge else None
+    agent = params.agent
+    if cfg.registry is not None:
+        agent = agent.model_copy(update={"registry": str(cfg.registry)})
+    with _runtime(params, cfg, agent) as env:
+        runner = _Runner(cfg, env, _Policies(params.model_copy(update={"agent": agent}), cfg), judge)
+        asyncio.run(runner.run([t for t in tasks if str(t.id) not in done], done, len(tasks), on_item))
+    items = [done[str(t.id)] for t in tasks]
+    write_timing(cfg.out, latencies(items, load_clocks(cfg.out)))
+    return write_summary(cfg.out, items, system=cfg.system, policy=cfg.portable_policy(), samples=cfg.samples)
+
+
+def _tasks_of(cfg: EvalConfig) -> list[Task]:
+    """The benchmark's tasks this evaluation runs (its first ``limit``, then its shard's)."""
+    from orchestra.agent.systems import SYSTEMS
 
     if cfg.system not in SYSTEMS:
         raise EvalError(f"unknown system {cfg.system!r}; valid: {', '.join(SYSTEMS)}")
@@ -316,7 +243,12 @@ def run_eval(
         k, n = cfg.shard
         if not 0 <= k < n:
             raise EvalError(f"shard {k} of {n}: k must be in [0, n)")
-        tasks, ids = tasks[k::n], ids[k::n]
+        tasks = tasks[k::n]
+    return tasks
+
+
+def _claim(cfg: EvalConfig) -> None:
+    """Make ``cfg.out`` this run's (its :data:`RUN_FILE`), or refuse a folder that holds another run."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     fp = cfg.fingerprint()
     run_file = cfg.out / RUN_FILE
@@ -327,89 +259,93 @@ def run_eval(
             raise EvalError(f"{cfg.out} holds another run (differs in {', '.join(diff)}): use another --out")
     else:
         atomic_write_text(run_file, dump_json(fp) + "\n")
-    done = load_items(cfg.out)
-    todo = [t for t in tasks if str(t.id) not in done]
-    if cfg.judge and cfg.judge not in params.providers:
-        raise EvalError(f"--judge {cfg.judge!r} is not a key of params providers")
-    judge = LLMJudge(params.providers[cfg.judge]) if cfg.judge else None
-    agent = params.agent
-    if cfg.registry is not None:
-        agent = agent.model_copy(update={"registry": str(cfg.registry)})
+    (cfg.out / "trajectories").mkdir(exist_ok=True)
+    run_dir(cfg.out).mkdir(exist_ok=True)
+
+
+def _runtime(params: Params, cfg: EvalConfig, agent: AgentParams) -> AbstractContextManager[Any]:
+    """The runtime over the benchmark's pages and media, with the data folder's perception cache."""
+    from orchestra.agent.runtime import open_runtime
+    from orchestra.backends.pool import backend_pool
+
     backends = backend_pool(agent, params.providers)
     if cfg.pool is not None:
         backends = _cut_pool(backends, cfg.pool)
-    policies = _Policies(params.model_copy(update={"agent": agent}), cfg)
-    traj_dir = cfg.out / "trajectories"
-    traj_dir.mkdir(exist_ok=True)
-    items_path = cfg.out / ITEMS_FILE
-    clock_path = run_dir(cfg.out) / CLOCK_FILE
-    clock_path.parent.mkdir(exist_ok=True)
-    finished = len(tasks) - len(todo)
-    cache = open_perception_cache(cfg.data_dir, params.tools) if cfg.data_dir is not None else None
+    return open_runtime(
+        agent,
+        params.tools,
+        pages=cfg.kb(),
+        media_root=cfg.media(),
+        cache_dir=cfg.data_dir,
+        backends=backends,
+        max_turns=cfg.max_turns,
+        seed=cfg.seed,
+    )
 
-    with cache or nullcontext(), default_registry(cfg.kb(), params.tools, cache=cache) as tools:
-        env = Environment(
-            tools=tools,
-            backends=backends,
-            agent=agent,
-            media_root=cfg.media(),
-            max_turns=cfg.max_turns,
-            seed=cfg.seed,
+
+class _Runner:
+    """Runs tasks ``cfg.concurrency`` at a time, appending each item and its clock as it ends."""
+
+    def __init__(self, cfg: EvalConfig, env: Any, policies: _Policies, judge: LLMJudge | None) -> None:
+        self.cfg, self.env, self.policies, self.judge = cfg, env, policies, judge
+
+    async def run(
+        self,
+        todo: Sequence[Task],
+        done: dict[str, dict[str, Any]],
+        total: int,
+        on_item: Callable[[dict[str, Any], int, int], None] | None,
+    ) -> None:
+        gate = asyncio.Semaphore(self.cfg.concurrency)
+        finished = [total - len(todo)]
+
+        async def guarded(task: Task) -> None:
+            async with gate:
+                item, clock = await self.one(task)
+            append_line(run_dir(self.cfg.out) / CLOCK_FILE, clock)  # first: an item on file has its clock
+            append_line(self.cfg.out / ITEMS_FILE, item)
+            done[str(task.id)] = item
+            finished[0] += 1
+            if on_item is not None:
+                on_item(item, finished[0], total)
+
+        await asyncio.gather(*(guarded(t) for t in todo))
+
+    async def one(self, task: Task) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The scored item of ``task`` and its clock (:data:`CLOCK_FILE`)."""
+        from orchestra.agent.systems import run_task
+
+        cfg, judge = self.cfg, self.judge
+        missing = _missing_media(task, cfg.media())
+        if missing:
+            return failed_item(task, f"media missing: {', '.join(missing)}", judge, cfg.samples), {
+                "id": task.id
+            }
+        trajs = []
+        try:
+            for k in range(cfg.samples):
+                policy = self.policies.get(task, k)
+                trajs.append(await run_task(task, cfg.system, policy, self.env))  # type: ignore[arg-type]
+        except OrchestraError as e:
+            return failed_item(task, f"{type(e).__name__}: {e}", judge, cfg.samples), {"id": task.id}
+        answers = [extract_answer(item_messages(t), t.answer) for t in trajs]
+        first = trajs[0]
+        path = cfg.out / "trajectories" / f"{_safe(task.id)}.json"
+        data, clock = split_clock(record_dict(first))
+        atomic_write_text(path, json.dumps(data, ensure_ascii=False) + "\n")
+        item = base_item(task)
+        item.update(
+            predicted_answer=vote(answers) if cfg.samples > 1 else answers[0],
+            tool_call_num=tool_calls(first),
+            messages=item_messages(first),
+            trajectory=str(path.relative_to(cfg.out)),
+            tokens=sum(t.tokens for t in trajs),
+            cost=sum(t.cost for t in trajs),
+            error=first.error,
+            not_run=None,
         )
-
-        async def one(task: Task) -> tuple[dict[str, Any], dict[str, Any]]:
-            """The scored item and its clock (:data:`CLOCK_FILE`)."""
-            missing = _missing_media(task, cfg.media())
-            if missing:
-                return _failed(task, f"media missing: {', '.join(missing)}", judge, cfg.samples), {
-                    "id": task.id
-                }
-            trajs = []
-            try:
-                for k in range(cfg.samples):
-                    trajs.append(await run_task(task, cfg.system, policies.get(task, k), env))  # type: ignore[arg-type]
-            except OrchestraError as e:
-                return _failed(task, f"{type(e).__name__}: {e}", judge, cfg.samples), {"id": task.id}
-            answers = [extract_answer(item_messages(t), t.answer) for t in trajs]
-            first = trajs[0]
-            path = traj_dir / f"{_safe(task.id)}.json"
-            data, clock = split_clock(record_dict(first))
-            atomic_write_text(path, json.dumps(data, ensure_ascii=False) + "\n")
-            item = _base_item(task)
-            item.update(
-                predicted_answer=_vote(answers) if cfg.samples > 1 else answers[0],
-                tool_call_num=_tool_calls(first),
-                messages=item_messages(first),
-                trajectory=str(path.relative_to(cfg.out)),
-                tokens=sum(t.tokens for t in trajs),
-                cost=sum(t.cost for t in trajs),
-                error=first.error,
-                not_run=None,
-            )
-            scored = await asyncio.to_thread(_scored, task, item, judge, answers)  # the judge is an HTTP call
-            return scored, {"id": task.id, "latency_s": first.latency_s, "trajectory": clock}
-
-        async def main() -> None:
-            nonlocal finished
-            gate = asyncio.Semaphore(cfg.concurrency)
-
-            async def guarded(task: Task) -> None:
-                nonlocal finished
-                async with gate:
-                    item, clock = await one(task)
-                _append(clock_path, clock)  # first: an item on file always has its clock
-                _append(items_path, item)
-                done[str(task.id)] = item
-                finished += 1
-                if on_item is not None:
-                    on_item(item, finished, len(tasks))
-
-            await asyncio.gather(*(guarded(t) for t in todo))
-
-        asyncio.run(main())
-    items = [done[i] for i in ids]
-    write_timing(cfg.out, latencies(items, load_clocks(cfg.out)))
-    return write_summary(cfg, items)
+        item = await asyncio.to_thread(scored, task, item, judge, answers)  # the judge is an HTTP call
+        return item, {"id": task.id, "latency_s": first.latency_s, "trajectory": clock}
 
 
 def _safe(task_id: Any) -> str:
@@ -424,52 +360,3 @@ def _cut_pool(backends: Any, n: int) -> Any:
     if n < 1 or n > len(names):
         raise EvalError(f"--pool {n}: the pool has {len(names)} experts")
     return BackendRegistry(backends.get(name) for name in names[:n])
-
-
-def load_clocks(out: Path) -> dict[str, dict[str, Any]]:
-    """The clock of each finished item of ``out`` (:data:`CLOCK_FILE`), by task id; the last line of
-    an id wins (an item rerun after a kill), a line cut short by a kill is skipped."""
-    path = run_dir(out) / CLOCK_FILE
-    clocks: dict[str, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        clocks[str(row["id"])] = row
-    return clocks
-
-
-def latencies(items: Sequence[Mapping[str, Any]], clocks: Mapping[str, Mapping[str, Any]]) -> list[float]:
-    """The wall seconds of the items that ran, from their clocks."""
-    return [
-        float(clocks[str(it["id"])]["latency_s"])
-        for it in items
-        if it.get("not_run") is None and "latency_s" in clocks.get(str(it["id"]), {})
-    ]
-
-
-def write_timing(out: Path, seconds: Sequence[float]) -> dict[str, Any]:
-    """``_run/timing.json`` of an evaluation: the latency percentiles of the items that ran."""
-    timing = {"n": len(seconds), "latency_s": latency_summary(seconds)}
-    atomic_write_text(run_dir(out) / TIMING_FILE, dump_json(timing) + "\n")
-    return timing
-
-
-def write_summary(cfg: EvalConfig, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """summary.json and results.json from every item, in benchmark order (atomic writes)."""
-    summary = summarize(items)
-    summary["system"], summary["policy"] = cfg.system, cfg.portable_policy()
-    if cfg.samples > 1:
-        k = cfg.samples
-        per = [[s["em_score"] for s in it.get("samples") or []] or [0] * k for it in items]
-        n = max(1, len(items))
-        summary["self_consistency"] = {
-            "k": k,
-            "pass_at_1": sum(sum(p) / len(p) for p in per) / n,
-            f"sc_at_{k}": sum(it["em_score"] for it in items) / n,
-            f"pass_at_{k}": sum(any(p) for p in per) / n,
-        }
-    atomic_write_text(cfg.out / "results.json", json.dumps(list(items), ensure_ascii=False, indent=1) + "\n")
-    atomic_write_text(cfg.out / "summary.json", dump_json(summary) + "\n")
-    return summary

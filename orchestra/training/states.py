@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +26,20 @@ from orchestra.training.common import prompt_order
 __all__ = ["policy_states", "rollout_environment"]
 
 
-@contextmanager
-def rollout_environment(params: Params, root: Path, max_turns: int = 8) -> Iterator[Any]:
+def rollout_environment(params: Params, root: Path, max_turns: int = 8) -> AbstractContextManager[Any]:
     """The runtime a policy is rolled out on in training: the tool pool over ``root``'s seeds (the
     perception cache as ``tools.cache`` says), the builtin experts."""
-    from orchestra.agent.systems import Environment, builtin_backends
-    from orchestra.tools.cache import open_perception_cache
-    from orchestra.tools.registry import default_registry
+    from orchestra.agent.runtime import open_runtime
 
-    seeds_dir = root / "seed_tasks"
-    cache = open_perception_cache(root, params.tools)
-    with cache or nullcontext(), default_registry(seeds_dir, params.tools, cache=cache) as tools:
-        yield Environment(
-            tools=tools,
-            backends=builtin_backends(params.agent),
-            agent=params.agent,
-            media_root=seeds_dir / "media",
-            max_turns=max_turns,
-        )
+    seeds = root / "seed_tasks"
+    return open_runtime(
+        params.agent,
+        params.tools,
+        pages=seeds,
+        media_root=seeds / "media",
+        cache_dir=root,
+        max_turns=max_turns,
+    )
 
 
 def _rollouts(params: Params, root: Path, start: Path, tasks: list[VerifiedSample]) -> list[Trajectory]:
