@@ -47,7 +47,7 @@ def _run(params, bench: Path, out: Path, **kw) -> dict:  # type: ignore[no-untyp
 def cli() -> int:
     from orchestra.backends.pool import backend_pool
     from orchestra.config import data_root, load_params
-    from orchestra.evaluation.report import benchmark_file
+    from orchestra.data.store import benchmark_file
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=None)

@@ -101,11 +101,11 @@ def main() -> int:
     world = args.world
     if args.verified is not None:
         from orchestra.data.report import PARALLEL_AT, available_parallelism, step_seconds
-        from orchestra.data.trajectories import load_verified
+        from orchestra.data.store import read_verified
 
         world = args.verified / "seed_tasks"
         seconds = step_seconds(AgentParams())
-        samples = [s.task for s in load_verified(args.verified)]
+        samples = [s.task for s in read_verified(args.verified)]
         tasks = [t for t in samples if available_parallelism(t, seconds) >= PARALLEL_AT][: args.limit]
     elif world is None:
         from orchestra.world import generate_world

@@ -69,9 +69,9 @@ def end_to_end(params, root: Path, n_tasks: int | None) -> dict[str, float]:  # 
     from orchestra.agent.runtime import open_runtime
     from orchestra.agent.systems import run_task_sync
     from orchestra.config import ProviderSpec
-    from orchestra.data.trajectories import load_verified
+    from orchestra.data.store import read_verified
 
-    tasks = [s.task for s in load_verified(root) if s.split == "test"][:n_tasks]
+    tasks = [s.task for s in read_verified(root) if s.split == "test"][:n_tasks]
     seeds_dir = root / "seed_tasks"
     acc: dict[str, float] = {}
     runtime = open_runtime(

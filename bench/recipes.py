@@ -95,8 +95,8 @@ def arm_root(src: Path, out: Path) -> Path:
 
 def evaluate(params: Params, root: Path, model: Path, out: Path, tasks: int | None) -> dict[str, int]:
     """task id -> EM (0/1) of the policy at ``model`` on the test split, through the eval runner."""
+    from orchestra.data.store import benchmark_file
     from orchestra.evaluation.items import load_items
-    from orchestra.evaluation.report import benchmark_file
     from orchestra.evaluation.runner import EvalConfig, run_eval
 
     cfg = EvalConfig(

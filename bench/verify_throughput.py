@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 from orchestra.config import Params
-from orchestra.data.seeds import load_seed_tasks
+from orchestra.data import store
+from orchestra.data.store import read_anchors, read_candidates, read_seed_tasks
 from orchestra.data.verify import verification_tools, verify_report
-from orchestra.io import read_jsonl
-from orchestra.schemas import AnchorFact, RewriteCandidate
 
 TARGET = 20.0
 
@@ -32,10 +31,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     params = Params()
-    seeds_dir = args.data / "seed_tasks"
-    seeds = load_seed_tasks(seeds_dir)
-    anchors = read_jsonl(args.data / "anchor_facts" / "anchors.jsonl", AnchorFact)
-    cands = read_jsonl(args.data / "rewrite_candidates" / "candidates.jsonl", RewriteCandidate)
+    seeds, anchors, cands = read_seed_tasks(args.data), read_anchors(args.data), read_candidates(args.data)
+    seeds_dir = store.seeds_dir(args.data)
     rates = []
     with verification_tools(seeds_dir, params.tools, params.verify) as tools:
         for k in range(max(1, args.repeat)):

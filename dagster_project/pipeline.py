@@ -83,7 +83,7 @@ def _command(select: list[str], shards: list[str]) -> list[str]:
         "dagster_project.definitions",
     ]
     cmd += ["--select", ",".join(select)]
-    if "benchmark_scores" in select:
+    if any(STAGES[n].sharded for n in select):
         cmd += (
             ["--partition", shards[0]]
             if len(shards) == 1
@@ -112,19 +112,20 @@ def _join_cluster(state_dir: Path, params_path: Path) -> None:
 
 
 def _on_cluster(todo: list[str], params: Params) -> int:
-    """The stages before the benchmark as one run, then benchmark_scores as a backfill of one run per shard
-    (side by side: their steps spread over the workers), then the report."""
-    first = [n for n in todo if n not in ("benchmark_scores", "report")]
+    """The stages before the sharded one (the benchmark) as one run, then the sharded stage as a backfill
+    of one run per shard (side by side: their steps spread over the workers), then what follows it."""
+    sharded = [n for n in todo if STAGES[n].sharded]
+    after = [n for n in todo if n not in sharded and any(up in sharded for up in STAGES[n].upstream)]
+    first = [n for n in todo if n not in sharded and n not in after]
     if first and (rc := _materialize(first, [])):
         return rc
-    if "benchmark_scores" in todo:
+    for name in sharded:
         runs = [
-            subprocess.Popen(_command(["benchmark_scores"], [key]), stdin=subprocess.DEVNULL)
-            for key in shard_keys(params)
+            subprocess.Popen(_command([name], [key]), stdin=subprocess.DEVNULL) for key in shard_keys(params)
         ]
         if rc := max(run.wait() for run in runs):
             return rc
-    return _materialize(["report"], []) if "report" in todo else 0
+    return _materialize(after, []) if after else 0
 
 
 def _record_in_dvc(params_path: str, params: Params, root: Path) -> int:

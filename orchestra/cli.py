@@ -61,17 +61,19 @@ def report(
     """The papers' tables on the embedded benchmark: run benchmark_scores (every row of eval.rows),
     then report (data/report/report.md, plots, an MLflow run); print the Markdown."""
     from orchestra.config import data_root, load_params
+    from orchestra.data.store import stage_dir
     from orchestra.pipeline.run import run_stage
+    from orchestra.stages import BENCHMARK_SCORES, REPORT
 
     try:
         params = load_params(params_file)
         root = data_root(params_file, params)
         if rescore:
-            run_stage("benchmark_scores", params, root)
-        run_stage("report", params, root)
+            run_stage(BENCHMARK_SCORES, params, root)
+        run_stage(REPORT, params, root)
     except (OrchestraError, OSError) as e:
         raise fail(e) from e
-    typer.echo((root / "report" / "report.md").read_text(encoding="utf-8"))
+    typer.echo((stage_dir(root, REPORT) / "report.md").read_text(encoding="utf-8"))
 
 
 @app.command("stage")
@@ -124,14 +126,12 @@ def train(
     from its last checkpoint and records its lineage (as the stage would). Prints the summary: steps,
     validation metrics, MLflow run id."""
     from orchestra.config import data_root, load_params
-    from orchestra.errors import StageError
+    from orchestra.data.store import policy_stage
     from orchestra.pipeline.run import run_stage
 
     try:
-        if recipe not in ("sft", "grpo", "dagrpo"):
-            raise StageError(f"unknown recipe {recipe!r}; valid: sft, grpo, dagrpo")
         params = load_params(params_file)
-        summary = run_stage(f"policy_{recipe}", params, data_root(params_file, params), force=True)
+        summary = run_stage(policy_stage(recipe), params, data_root(params_file, params), force=True)
     except OrchestraError as e:
         raise fail(e) from e
     typer.echo(json.dumps(summary, indent=2))

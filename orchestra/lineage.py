@@ -19,7 +19,7 @@ from orchestra.config import Params
 from orchestra.data.sources import DATASET_SOURCES, dataset_files
 from orchestra.data.store import RUN_DIR
 from orchestra.io import atomic_write_text, dump_json
-from orchestra.stages import Stage
+from orchestra.stages import SEED_TASKS, Stage
 
 __all__ = [
     "LINEAGE_FILE",
@@ -88,7 +88,7 @@ def _params_subset(params: Params, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _external(name: str, params: Params, root: Path) -> dict[str, str]:
     """Inputs from outside the data folder's stage outputs: seed files a user points at or drops in."""
-    if name != "seed_tasks":
+    if name != SEED_TASKS:
         return {}
     out = {"incoming": dir_md5(root / params.seed.incoming) if params.seed.incoming else "off"}
     if params.seed.source == "omnigaia_file" and params.seed.path:

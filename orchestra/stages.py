@@ -20,6 +20,19 @@ from orchestra.errors import StageError
 
 __all__ = ["STAGES", "Check", "Stage", "get_stage"]
 
+#: the stages' names, which are their folders' names under the data folder (orchestra/data/store.py)
+SEED_TASKS = "seed_tasks"
+ANCHOR_FACTS = "anchor_facts"
+REWRITE_CANDIDATES = "rewrite_candidates"
+VERIFIED_SAMPLES = "verified_samples"
+EXPERT_TRAJECTORIES = "expert_trajectories"
+DECISION_SAMPLES = "decision_samples"
+POLICY_SFT = "policy_sft"
+POLICY_DAGRPO = "policy_dagrpo"
+POLICY_GRPO = "policy_grpo"
+BENCHMARK_SCORES = "benchmark_scores"
+REPORT = "report"
+
 
 @dataclass(frozen=True)
 class Check:
@@ -66,7 +79,7 @@ _TRAINING = dict(group="training", kinds=("pytorch", "mlflow"), all_cores=True, 
 
 _ROWS: tuple[Stage, ...] = (
     Stage(
-        "seed_tasks",
+        SEED_TASKS,
         "orchestra.data.seeds:seed_tasks_stage",
         upstream=(),
         params=("seed",),
@@ -78,9 +91,9 @@ _ROWS: tuple[Stage, ...] = (
         inputs=("incoming",),
     ),
     Stage(
-        "anchor_facts",
+        ANCHOR_FACTS,
         "orchestra.data.anchors:build_anchor_facts",
-        upstream=("seed_tasks",),
+        upstream=(SEED_TASKS,),
         params=("anchors", "agent", "tools", "providers"),
         code=(
             "orchestra/data/anchors.py",
@@ -99,9 +112,9 @@ _ROWS: tuple[Stage, ...] = (
         "recovered by the real tools; material (other values its media hold); seeds set aside with reasons.",
     ),
     Stage(
-        "rewrite_candidates",
+        REWRITE_CANDIDATES,
         "orchestra.data.candidates:build_rewrite_candidates",
-        upstream=("seed_tasks", "anchor_facts"),
+        upstream=(SEED_TASKS, ANCHOR_FACTS),
         params=("rewrite", "verify.similarity_metric", "verify.max_lexical_similarity", "agent", "tools")
         + ("providers",),
         code=(
@@ -120,9 +133,9 @@ _ROWS: tuple[Stage, ...] = (
         "material, each with its own replayable solution program.",
     ),
     Stage(
-        "verified_samples",
+        VERIFIED_SAMPLES,
         "orchestra.data.verified:build_verified_samples",
-        upstream=("seed_tasks", "anchor_facts", "rewrite_candidates"),
+        upstream=(SEED_TASKS, ANCHOR_FACTS, REWRITE_CANDIDATES),
         params=("verify", "decisions.split", "decisions.seed", "tools", "providers"),
         code=(
             "orchestra/data/verified.py",
@@ -154,9 +167,9 @@ _ROWS: tuple[Stage, ...] = (
         ),
     ),
     Stage(
-        "expert_trajectories",
+        EXPERT_TRAJECTORIES,
         "orchestra.data.trajectories:build_expert_trajectories",
-        upstream=("seed_tasks", "verified_samples"),
+        upstream=(SEED_TASKS, VERIFIED_SAMPLES),
         params=("agent", "tools", "providers"),
         code=("orchestra/data/trajectories.py", "orchestra/agent", "orchestra/backends")
         + ("orchestra/lm", "orchestra/resources/registry"),
@@ -164,9 +177,9 @@ _ROWS: tuple[Stage, ...] = (
         description="The expert's successful runs of the orchestra system on the train and val samples.",
     ),
     Stage(
-        "decision_samples",
+        DECISION_SAMPLES,
         "orchestra.data.trajectories:build_decision_samples",
-        upstream=("verified_samples", "expert_trajectories"),
+        upstream=(VERIFIED_SAMPLES, EXPERT_TRAJECTORIES),
         params=("decisions", "agent"),
         code=("orchestra/data/decisions.py", "orchestra/data/trajectories.py"),
         rows="decision samples",
@@ -182,9 +195,9 @@ _ROWS: tuple[Stage, ...] = (
         ),
     ),
     Stage(  # train.sft.states both: the start policy's rollouts, relabelled
-        "policy_sft",
+        POLICY_SFT,
         "orchestra.training.run:policy_sft",
-        upstream=("seed_tasks", "verified_samples", "decision_samples"),
+        upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES),
         params=("train.seed", "train.policy", "train.sft", "agent", "tools", "eval.max_turns")
         + ("eval.concurrency", "tracking"),
         code=_ROLLOUT_CODE,
@@ -195,9 +208,9 @@ _ROWS: tuple[Stage, ...] = (
         **_TRAINING,
     ),
     Stage(  # train.dagrpo.states policy/both: the same; answer_credit: the labels
-        "policy_dagrpo",
+        POLICY_DAGRPO,
         "orchestra.training.run:policy_dagrpo",
-        upstream=("seed_tasks", "verified_samples", "decision_samples", "policy_sft"),
+        upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES, POLICY_SFT),
         params=("train.seed", "train.dagrpo", "agent", "providers", "tools", "eval.max_turns")
         + ("eval.concurrency", "tracking"),
         code=_ROLLOUT_CODE,
@@ -208,9 +221,9 @@ _ROWS: tuple[Stage, ...] = (
         **_TRAINING,
     ),
     Stage(
-        "policy_grpo",
+        POLICY_GRPO,
         "orchestra.training.run:policy_grpo",
-        upstream=("seed_tasks", "verified_samples", "decision_samples", "policy_sft"),
+        upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES, POLICY_SFT),
         params=("train.seed", "train.grpo", "agent", "tools", "tracking"),
         code=_ROLLOUT_CODE,
         rows="rollout prompts",
@@ -219,9 +232,9 @@ _ROWS: tuple[Stage, ...] = (
         **_TRAINING,
     ),
     Stage(
-        "benchmark_scores",
+        BENCHMARK_SCORES,
         "orchestra.evaluation.ladder:build_benchmark_scores",
-        upstream=("seed_tasks", "verified_samples", "policy_sft", "policy_dagrpo", "policy_grpo"),
+        upstream=(SEED_TASKS, VERIFIED_SAMPLES, POLICY_SFT, POLICY_DAGRPO, POLICY_GRPO),
         params=("eval", "agent", "tools", "train.seed", "providers"),
         code=_EVAL_CODE,
         rows="rows",
@@ -236,9 +249,9 @@ _ROWS: tuple[Stage, ...] = (
         metrics=("benchmark_metrics.json",),
     ),
     Stage(
-        "report",
+        REPORT,
         "orchestra.evaluation.report:build_report",
-        upstream=("benchmark_scores", "decision_samples", "policy_dagrpo", "policy_grpo"),
+        upstream=(BENCHMARK_SCORES, DECISION_SAMPLES, POLICY_DAGRPO, POLICY_GRPO),
         params=("tracking",),
         code=("orchestra/evaluation",),
         rows="rows",

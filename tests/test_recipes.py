@@ -143,7 +143,7 @@ def test_outcome_rows_are_the_sampled_decisions_within_the_context(
     from orchestra.agent.runtime import Environment
     from orchestra.agent.state import OrchestraState
     from orchestra.backends.pool import builtin_backends
-    from orchestra.data.trajectories import load_verified
+    from orchestra.data.store import read_verified
     from orchestra.tools.registry import default_registry
     from orchestra.training.outcome import decision_prompt, make_rollout
     from orchestra.training.policy import load_policy
@@ -151,7 +151,7 @@ def test_outcome_rows_are_the_sampled_decisions_within_the_context(
     root = _copy(sft_root, tmp_path)
     params = _params(tmp_path, root, tiny_train)
     model, tok, view = load_policy(root / "policy_sft" / "model")
-    tasks = {s.candidate_id: s.task for s in load_verified(root) if s.split == "train"}
+    tasks = {s.candidate_id: s.task for s in read_verified(root) if s.split == "train"}
     ids = sorted(tasks)[:2]
     runs: list[Any] = []
     real = systems.run_task_sync
@@ -195,7 +195,7 @@ def test_policy_states_are_the_states_the_policy_reached_relabelled(
     from orchestra.agent.decision import validate_decision
     from orchestra.agent.expert import expert_decision
     from orchestra.agent.state import OrchestraState, validation_context
-    from orchestra.data.trajectories import load_verified
+    from orchestra.data.store import read_verified
     from orchestra.io import read_jsonl
     from orchestra.schemas import DecisionSample
     from orchestra.training.states import policy_states
@@ -206,7 +206,7 @@ def test_policy_states_are_the_states_the_policy_reached_relabelled(
     samples, stats = policy_states(params, root, root / "policy_sft" / "model", 4, out)
     assert stats["states_tasks"] == 4 and stats["states_n"] == len(samples) > 0
     assert read_jsonl(out, DecisionSample) == samples
-    programs = {s.candidate_id: s.task.solution_program for s in load_verified(root)}
+    programs = {s.candidate_id: s.task.solution_program for s in read_verified(root)}
     for s in samples:
         state = OrchestraState.model_validate(s.state)
         assert s.kind == "policy" and s.split == "train"
@@ -260,13 +260,13 @@ def test_dagger_sft_adds_the_policy_states(
 
 def test_answer_credit_rewards_a_correct_early_finish(built: tuple[Path, str]) -> None:
     from orchestra.agent.state import OrchestraState
-    from orchestra.data.trajectories import load_verified
+    from orchestra.data.store import read_verified
     from orchestra.schemas import Delegate
     from orchestra.training.examples import load_samples
     from orchestra.training.reward_model import credit_answer
     from orchestra.training.rewards import rubric
 
-    answers = {s.candidate_id: s.task.answer for s in load_verified(built[0])}
+    answers = {s.candidate_id: s.task.answer for s in read_verified(built[0])}
     s = next(
         s for s in load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"])
         if s.kind == "expert" and isinstance(s.decision, Delegate) and not s.state["context"]

@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 from orchestra.config import SeedParams
-from orchestra.data.seeds import build_seed_tasks, load_seed_tasks
+from orchestra.data.seeds import build_seed_tasks
+from orchestra.data.store import read_seed_tasks
 from orchestra.errors import StageError
 
 
@@ -76,7 +77,7 @@ def test_coco_images_become_counting_tasks_with_their_captions(tmp_path: Path) -
     root = _coco(tmp_path / "coco")
     out = tmp_path / "seed_tasks"
     summary = build_seed_tasks(SeedParams(source="coco", path=str(root), incoming=None), out)
-    tasks = load_seed_tasks(out)
+    tasks = read_seed_tasks(out.parent)
     assert summary["rows"] == 2 and [t.id for t in tasks] == ["coco-139", "coco-285"]
     chairs = tasks[0]  # 2 chairs beat 1 person (the crowd annotations do not count)
     assert chairs.answer == "2" and "'chair'" in chairs.question
@@ -115,7 +116,7 @@ def test_finevideo_shards_become_one_task_per_question(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "finevideo" / "data" / "train-00000-of-01357.parquet")
     out = tmp_path / "seed_tasks"
     build_seed_tasks(SeedParams(source="finevideo", path=str(tmp_path / "finevideo"), incoming=None), out)
-    tasks = load_seed_tasks(out)
+    tasks = read_seed_tasks(out.parent)
     assert [t.id for t in tasks] == ["finevideo-7yY1OWjT4zA-q1", "finevideo-7yY1OWjT4zA-q2"]
     assert [t.answer for t in tasks] == ["Red", "4"] and tasks[0].category == "Sports"
     assert tasks[0].omni_modal_input[0].path == "videos/7yY1OWjT4zA.mp4"
@@ -154,7 +155,7 @@ def test_longvideobench_entries_become_lettered_choices_and_missing_copies_name_
     root = _lvb(tmp_path / "lvb")
     out = tmp_path / "seed_tasks"
     build_seed_tasks(SeedParams(source="longvideobench", path=str(root), incoming=None), out)
-    (task,) = load_seed_tasks(out)
+    (task,) = read_seed_tasks(out.parent)
     assert task.id == "lvb-86CxyhFV9MI_0" and task.answer == "B" and task.level == "L2-Relation"
     assert "Options: A. Hello B. Goodbye C. Thanks" in task.question
     assert (out / "media" / "videos" / "86CxyhFV9MI.mp4").is_file()
@@ -181,7 +182,7 @@ def test_seed_tasks_stage_materializes_a_dataset_source(tmp_path: Path) -> None:
     run = [sys.executable, "-m", "orchestra.cli", "stage", "seed_tasks", "--params", str(params)]
     res = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert [t.id for t in load_seed_tasks(tmp_path / "data" / "seed_tasks")] == ["coco-139", "coco-285"]
+    assert [t.id for t in read_seed_tasks(tmp_path / "data")] == ["coco-139", "coco-285"]
     again = subprocess.run(
         run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
     )

@@ -46,15 +46,24 @@ from orchestra.data.llm import JsonProvider, Statements, stage_provider, state_f
 from orchestra.data.recheck import Checker, fact_of, lone_node, step_inputs
 from orchestra.data.reference import (
     NO_PROGRAM,
-    SOLUTIONS_FILE,
     NoReference,
     goal_step,
     solve_seeds,
     with_references,
 )
+from orchestra.data.store import (
+    ANCHORS_FILE,
+    MATERIAL_FILE,
+    SOLUTIONS_FILE,
+    media_dir,
+    read_seed_tasks,
+    seeds_dir,
+    stage_dir,
+)
 from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
 from orchestra.schemas import AnchorFact, PerceiveStep, SubtaskStep, Task
+from orchestra.stages import ANCHOR_FACTS
 from orchestra.tools.base import ToolRegistry
 from orchestra.world.perception import perceive
 
@@ -273,17 +282,16 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
     ``anchors.provider`` of kind openai states the facts first (:func:`state_facts`); its failed call
     is a StageError, before any file is written."""
     from orchestra.agent.runtime import open_runtime
-    from orchestra.data.seeds import load_seed_tasks
 
     key = params.anchors.provider
     spec = stage_provider(params, key, "anchors.provider")
-    seeds_dir = Path(root) / "seed_tasks"
-    tasks = load_seed_tasks(seeds_dir)
+    seeds = seeds_dir(root)
+    tasks = read_seed_tasks(root)
     runtime = open_runtime(
         params.agent,
         params.tools,
-        pages=seeds_dir,
-        media_root=seeds_dir / "media",
+        pages=seeds,
+        media_root=media_dir(root),
         cache_dir=Path(root),
         providers=params.providers,
         max_turns=params.anchors.max_turns,
@@ -295,13 +303,13 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         stated = None
         if spec.kind == "openai":
             provider = JsonProvider(spec, key, "anchors.provider")
-            stated = state_facts(tasks, provider, params.anchors.max_facts, seeds_dir / "media")
+            stated = state_facts(tasks, provider, params.anchors.max_facts, media_dir(root))
         run = extract_anchors(
-            tasks, seeds_dir, params.anchors, params.agent, tools, backends, 2, stated, solved.rejected
+            tasks, seeds, params.anchors, params.agent, tools, backends, 2, stated, solved.rejected
         )
     reasons = Counter(r["reason"].split(":")[0] for r in run.rejected)
     if not run.anchors:
-        raise StageError.empty("anchor_facts", "anchor facts (every seed was set aside)", reasons)
+        raise StageError.empty(ANCHOR_FACTS, "anchor facts (every seed was set aside)", reasons)
     kept = len({a.task_id for a in run.anchors})
     summary = {
         "seeds": len(tasks),
@@ -319,9 +327,9 @@ def build_anchor_facts(params: Params, root: Path) -> dict[str, Any]:
         "wall_s": run.wall_s,
         "cache": None if cache is None else {"hits": cache.stats.hits, "misses": cache.stats.misses},
     }
-    with atomic_dir(Path(root) / "anchor_facts") as tmp:
-        write_jsonl(tmp / "anchors.jsonl", run.anchors)
-        write_jsonl(tmp / "material.jsonl", run.material)
+    with atomic_dir(stage_dir(root, ANCHOR_FACTS)) as tmp:
+        write_jsonl(tmp / ANCHORS_FILE, run.anchors)
+        write_jsonl(tmp / MATERIAL_FILE, run.material)
         if solved.summary:  # seeds without a program: the reference solutions the expert found
             write_jsonl(tmp / SOLUTIONS_FILE, solved.solutions)
         if stated is not None:  # the openai extractor's facts about the media that no sub-task recovered

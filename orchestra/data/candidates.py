@@ -31,8 +31,18 @@ from orchestra.data.program import level_of
 from orchestra.data.recheck import Checker, lone_node, step_inputs
 from orchestra.data.report import PARALLEL_AT, available_parallelism, ngram_share, step_seconds
 from orchestra.data.rewrite import KB_STRATEGIES, rewrite_all
+from orchestra.data.store import (
+    CANDIDATES_FILE,
+    media_dir,
+    read_anchors,
+    read_material,
+    read_seed_tasks,
+    read_solutions,
+    seeds_dir,
+    stage_dir,
+)
 from orchestra.errors import OrchestraError, ReplyError, StageError, WorldError
-from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, write_jsonl
+from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
 from orchestra.schemas import (
     AnchorFact,
     BrowseStep,
@@ -43,6 +53,7 @@ from orchestra.schemas import (
     Source,
     Task,
 )
+from orchestra.stages import REWRITE_CANDIDATES
 from orchestra.text import format_value
 from orchestra.world.kb import KnowledgeBase
 
@@ -251,12 +262,11 @@ def _write_own(
     """:func:`written_candidates` with the stage's tools (perception cache on) and backend pool."""
     from orchestra.agent.runtime import open_runtime
 
-    seeds_dir = root / "seed_tasks"
-    media = seeds_dir / "media"
+    media = media_dir(root)
     runtime = open_runtime(
         params.agent,
         params.tools,
-        pages=seeds_dir,
+        pages=seeds_dir(root),
         media_root=media,
         cache_dir=root,
         providers=params.providers,
@@ -301,21 +311,16 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     empty under builtin) and summary.json (cells, templates, 3-gram share, parallelism, the strategies
     skipped and why) into data/rewrite_candidates (replaced atomically)."""
     from orchestra.data.llm import JsonProvider, rephrase_candidates, stage_provider
-    from orchestra.data.reference import load_solutions, with_references
-    from orchestra.data.seeds import load_seed_tasks
+    from orchestra.data.reference import with_references
     from orchestra.data.verify import question_similarity
 
     key = params.rewrite.provider
     spec = stage_provider(params, key, "rewrite.provider")
     root = Path(root)
-    anchors_dir = root / "anchor_facts"
-    if not (anchors_dir / "anchors.jsonl").is_file():
-        raise StageError(f"{anchors_dir} has no anchors.jsonl: materialize anchor_facts first")
-    solutions = load_solutions(root)
-    seeds = with_references(load_seed_tasks(root / "seed_tasks"), solutions)
-    anchors = read_jsonl(anchors_dir / "anchors.jsonl", AnchorFact)
-    material = read_jsonl(anchors_dir / "material.jsonl", AnchorFact)
-    kb = knowledge_base(root / "seed_tasks")
+    anchors, material = read_anchors(root), read_material(root)
+    solutions = read_solutions(root)
+    seeds = with_references(read_seed_tasks(root), solutions)
+    kb = knowledge_base(seeds_dir(root))
     similarity = question_similarity(params.verify.similarity_metric)
     skipped: Counter[tuple[str, str]] = Counter()
     solved = {s.task_id for s in solutions}
@@ -336,7 +341,26 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
         with_anchors = {a.task_id for a in anchors}
         reasons["seed without anchor facts"] += sum(str(s.id) not in with_anchors for s in seeds)
         reasons["no strategy and level fits the seed"] += len(with_anchors)
-        raise StageError.empty("rewrite_candidates", "candidates", +reasons)
+        raise StageError.empty(REWRITE_CANDIDATES, "candidates", +reasons)
+    summary = _summary(seeds, cands, rejected, reasons, skipped, params)
+    with atomic_dir(stage_dir(root, REWRITE_CANDIDATES)) as tmp:
+        write_jsonl(tmp / CANDIDATES_FILE, cands)
+        atomic_write_text(
+            tmp / "rejected.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejected)
+        )
+        atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
+    return summary
+
+
+def _summary(
+    seeds: list[Task],
+    cands: list[RewriteCandidate],
+    rejected: list[dict[str, str]],
+    reasons: Counter[str],
+    skipped: Counter[tuple[str, str]],
+    params: Params,
+) -> dict[str, Any]:
+    """rewrite_candidates' summary: cells, templates used, 3-gram share, parallelism, what was skipped."""
     seconds = step_seconds(params.agent)
     par = [available_parallelism(c.task, seconds) for c in cands]
     deep = [p for c, p in zip(cands, par, strict=True) if c.level != "Easy"]
@@ -345,7 +369,7 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
     for c in cands:
         by_strategy.setdefault(c.strategy, []).append(c)
     cells = Counter((c.strategy, c.level) for c in cands)
-    summary = {
+    return {
         "seeds": len(seeds),
         "seeds_used": len({c.seed_id for c in cands}),
         "rows": len(cands),
@@ -372,10 +396,3 @@ def build_rewrite_candidates(params: Params, root: Path) -> dict[str, Any]:
             "parallel_at": PARALLEL_AT,
         },
     }
-    with atomic_dir(root / "rewrite_candidates") as tmp:
-        write_jsonl(tmp / "candidates.jsonl", cands)
-        atomic_write_text(
-            tmp / "rejected.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejected)
-        )
-        atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
-    return summary

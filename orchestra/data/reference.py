@@ -33,7 +33,6 @@ from orchestra.backends.goals import GoalError, parse_goal
 from orchestra.backends.selection import infer_demand
 from orchestra.config import Params
 from orchestra.errors import OrchestraError, StageError
-from orchestra.io import read_jsonl
 from orchestra.schemas import (
     BrowseStep,
     ComputeStep,
@@ -49,13 +48,11 @@ from orchestra.text import format_value
 
 __all__ = [
     "NO_PROGRAM",
-    "SOLUTIONS_FILE",
     "NoReference",
     "Solved",
     "answer_matches",
     "goal_step",
     "load_reference_seeds",
-    "load_solutions",
     "pick_solution",
     "solve_seeds",
     "trajectory_program",
@@ -63,7 +60,6 @@ __all__ = [
 ]
 
 #: the reference solutions anchor_facts found, beside its anchors
-SOLUTIONS_FILE = "solutions.jsonl"
 #: why a seed without a program is set aside when no expert was asked to solve it
 NO_PROGRAM = (
     "no solution program and anchors.expert is not set (name an expert policy there: a providers key "
@@ -279,18 +275,12 @@ def with_references(tasks: Sequence[Task], solutions: Sequence[ReferenceSolution
     return out
 
 
-def load_solutions(root: Path) -> list[ReferenceSolution]:
-    """The reference solutions anchor_facts found (none when every seed had a program)."""
-    path = Path(root) / "anchor_facts" / SOLUTIONS_FILE
-    return read_jsonl(path, ReferenceSolution) if path.is_file() else []
-
-
 def load_reference_seeds(root: Path) -> list[Task]:
     """The seed tasks as every stage after anchor_facts reads them: with a program each, their own or
     the reference solution anchor_facts found (``anchor_facts/solutions.jsonl``)."""
-    from orchestra.data.seeds import load_seed_tasks
+    from orchestra.data.store import read_seed_tasks, read_solutions
 
-    return with_references(load_seed_tasks(Path(root) / "seed_tasks"), load_solutions(root))
+    return with_references(read_seed_tasks(root), read_solutions(root))
 
 
 def run_expert(

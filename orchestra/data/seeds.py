@@ -9,26 +9,16 @@ from typing import Any
 
 from orchestra.config import Params, SeedParams
 from orchestra.data.sources import DATASET_SOURCES, load_dataset_source
+from orchestra.data.store import KB_DIR, MEDIA_DIR, TASKS_FILE, seeds_dir
 from orchestra.errors import OrchestraError, StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.schemas import Task, distribution, read_tasks_json, write_tasks_json
-
-TASKS_FILE = "tasks.json"
-MEDIA_DIR = "media"
-KB_DIR = "kb"
+from orchestra.stages import SEED_TASKS
 
 
 def omnigaia_metadata_path() -> Path:
     """The project's shipped copy of the public OmniGAIA test metadata (MIT, 360 tasks, no media)."""
     return Path(str(resources.files("orchestra") / "resources" / "omnigaia" / "test_metadata.json"))
-
-
-def load_seed_tasks(out_dir: Path) -> list[Task]:
-    """Read what the seed_tasks stage wrote."""
-    path = Path(out_dir) / TASKS_FILE
-    if not path.is_file():
-        raise StageError(f"{path} is missing: materialize seed_tasks first")
-    return read_tasks_json(path)
 
 
 def incoming_files(folder: Path) -> list[Path]:
@@ -68,7 +58,7 @@ def _add_incoming(tasks: list[Task], folder: Path, tmp: Path) -> dict[str, Any]:
 def seed_tasks_stage(params: Params, root: Path) -> dict[str, Any]:
     """The seed_tasks stage: the seed source and ``seed.incoming``'s files into ``root/seed_tasks``."""
     incoming = root / params.seed.incoming if params.seed.incoming else None
-    return build_seed_tasks(params.seed, root / "seed_tasks", incoming)
+    return build_seed_tasks(params.seed, seeds_dir(root), incoming)
 
 
 def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = None) -> dict[str, Any]:
@@ -107,7 +97,7 @@ def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = 
             extra.update(_add_incoming(tasks, incoming, tmp))
         if not tasks:
             raise StageError.empty(
-                "seed_tasks", "seed tasks", {f"seed.source {params.source} holds no task": 1}
+                SEED_TASKS, "seed tasks", {f"seed.source {params.source} holds no task": 1}
             )
         write_tasks_json(tmp / TASKS_FILE, tasks)
         summary = {"source": params.source, "rows": len(tasks), **extra, "distribution": distribution(tasks)}

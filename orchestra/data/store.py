@@ -13,15 +13,65 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestra.io import atomic_write_text, dump_json
+from orchestra.errors import StageError
+from orchestra.io import atomic_write_text, dump_json, read_jsonl
+from orchestra.schemas import (
+    AnchorFact,
+    ReferenceSolution,
+    RewriteCandidate,
+    Task,
+    Trajectory,
+    VerifiedSample,
+    read_tasks_json,
+)
+from orchestra.stages import (
+    ANCHOR_FACTS,
+    BENCHMARK_SCORES,
+    DECISION_SAMPLES,
+    EXPERT_TRAJECTORIES,
+    POLICY_DAGRPO,
+    POLICY_GRPO,
+    POLICY_SFT,
+    REWRITE_CANDIDATES,
+    SEED_TASKS,
+    VERIFIED_SAMPLES,
+)
 
 __all__ = [
+    "ANCHORS_FILE",
+    "BENCHMARK_DIR",
+    "CANDIDATES_FILE",
     "CLOCK_KEYS",
+    "KB_DIR",
+    "MATERIAL_FILE",
+    "MEDIA_DIR",
+    "POLICY_STAGES",
     "RUN_DIR",
     "RUN_FILE",
+    "SAMPLES_FILE",
+    "SCORES_FILE",
+    "SOLUTIONS_FILE",
+    "TASKS_FILE",
+    "TRAJECTORIES_FILE",
+    "VERIFIED_FILE",
+    "benchmark_file",
     "join_clock",
+    "media_dir",
+    "model_dir",
+    "policy_stage",
+    "read_anchors",
+    "read_candidates",
+    "read_material",
     "read_run_record",
+    "read_scores",
+    "read_seed_tasks",
+    "read_solutions",
+    "read_trajectories",
+    "read_verified",
     "run_dir",
+    "samples_file",
+    "scores_file",
+    "seeds_dir",
     "split_clock",
     "stage_dir",
     "write_run_record",
@@ -33,8 +83,104 @@ RUN_DIR = "_run"
 RUN_FILE = "run.json"
 
 
+#: seed_tasks: the tasks (OmniGAIA format), their media, the pages search and browse read
+TASKS_FILE, MEDIA_DIR, KB_DIR = "tasks.json", "media", "kb"
+#: anchor_facts: the facts each seed rests on, the other values its media hold, found programs
+ANCHORS_FILE, MATERIAL_FILE, SOLUTIONS_FILE = "anchors.jsonl", "material.jsonl", "solutions.jsonl"
+CANDIDATES_FILE = "candidates.jsonl"
+#: verified_samples: the kept samples; the test split as the embedded benchmark (tasks.json + media)
+VERIFIED_FILE, BENCHMARK_DIR = "verified.jsonl", "benchmark"
+TRAJECTORIES_FILE = "trajectories.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+SCORES_FILE = "scores.json"
+
+
 def stage_dir(root: Path, name: str) -> Path:
     return Path(root) / name
+
+
+def _need(path: Path, stage: str) -> Path:
+    if not path.is_file():
+        raise StageError(f"{path} is missing: materialize {stage} first")
+    return path
+
+
+def seeds_dir(root: Path) -> Path:
+    return Path(root) / SEED_TASKS
+
+
+def media_dir(root: Path) -> Path:
+    """The folder the seed tasks' media paths are relative to."""
+    return seeds_dir(root) / MEDIA_DIR
+
+
+def read_seed_tasks(root: Path) -> list[Task]:
+    return read_tasks_json(_need(seeds_dir(root) / TASKS_FILE, SEED_TASKS))
+
+
+def read_anchors(root: Path) -> list[AnchorFact]:
+    return read_jsonl(_need(Path(root) / ANCHOR_FACTS / ANCHORS_FILE, ANCHOR_FACTS), AnchorFact)
+
+
+def read_material(root: Path) -> list[AnchorFact]:
+    return read_jsonl(_need(Path(root) / ANCHOR_FACTS / MATERIAL_FILE, ANCHOR_FACTS), AnchorFact)
+
+
+def read_solutions(root: Path) -> list[ReferenceSolution]:
+    """The reference solutions anchor_facts found (none when every seed had a program)."""
+    path = Path(root) / ANCHOR_FACTS / SOLUTIONS_FILE
+    return read_jsonl(path, ReferenceSolution) if path.is_file() else []
+
+
+def read_candidates(root: Path) -> list[RewriteCandidate]:
+    path = Path(root) / REWRITE_CANDIDATES / CANDIDATES_FILE
+    return read_jsonl(_need(path, REWRITE_CANDIDATES), RewriteCandidate)
+
+
+def read_verified(root: Path) -> list[VerifiedSample]:
+    return read_jsonl(_need(Path(root) / VERIFIED_SAMPLES / VERIFIED_FILE, VERIFIED_SAMPLES), VerifiedSample)
+
+
+def benchmark_file(root: Path) -> Path:
+    """The embedded benchmark: the test split in OmniGAIA format, its media beside it."""
+    return _need(Path(root) / VERIFIED_SAMPLES / BENCHMARK_DIR / TASKS_FILE, VERIFIED_SAMPLES)
+
+
+def read_trajectories(root: Path) -> list[Trajectory]:
+    path = Path(root) / EXPERT_TRAJECTORIES / TRAJECTORIES_FILE
+    return read_jsonl(_need(path, EXPERT_TRAJECTORIES), Trajectory)
+
+
+def samples_file(root: Path) -> Path:
+    """decision_samples' samples.jsonl (what training reads)."""
+    return _need(Path(root) / DECISION_SAMPLES / SAMPLES_FILE, DECISION_SAMPLES)
+
+
+#: each recipe's stage (sft, dagrpo, grpo)
+POLICY_STAGES = {"sft": POLICY_SFT, "dagrpo": POLICY_DAGRPO, "grpo": POLICY_GRPO}
+
+
+def policy_stage(recipe: str) -> str:
+    """The stage that trains ``recipe``; an unknown recipe is a StageError listing the valid ones."""
+    try:
+        return POLICY_STAGES[recipe]
+    except KeyError:
+        raise StageError(f"unknown recipe {recipe!r}; valid: {', '.join(POLICY_STAGES)}") from None
+
+
+def model_dir(root: Path, recipe: str) -> Path:
+    """Where the stage of ``recipe`` publishes its model."""
+    return Path(root) / policy_stage(recipe) / "model"
+
+
+def scores_file(root: Path) -> Path:
+    """benchmark_scores' scores.json (every row's summary)."""
+    return _need(Path(root) / BENCHMARK_SCORES / SCORES_FILE, BENCHMARK_SCORES)
+
+
+def read_scores(root: Path) -> dict[str, Any]:
+    """benchmark_scores' scores.json: every row's summary."""
+    return json.loads(scores_file(root).read_text(encoding="utf-8"))
 
 
 def run_dir(folder: Path) -> Path:

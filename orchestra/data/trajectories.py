@@ -10,29 +10,27 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
-from orchestra.data.store import run_dir, split_clock
+from orchestra.data.store import (
+    SAMPLES_FILE,
+    TRAJECTORIES_FILE,
+    media_dir,
+    read_trajectories,
+    read_verified,
+    run_dir,
+    samples_file,
+    seeds_dir,
+    split_clock,
+    stage_dir,
+)
 from orchestra.errors import StageError
 from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, record_dict, write_jsonl
 from orchestra.schemas import DecisionSample, Delegate, Trajectory, VerifiedSample
+from orchestra.stages import DECISION_SAMPLES, EXPERT_TRAJECTORIES
 
-__all__ = [
-    "VERIFIED_FILE",
-    "build_decision_samples",
-    "build_expert_trajectories",
-    "check_decision_samples",
-    "load_verified",
-]
+__all__ = ["build_decision_samples", "build_expert_trajectories", "check_decision_samples"]
 
-VERIFIED_FILE = "verified.jsonl"
 #: the expert trajectories' timings, in their stage's run record
 CLOCK_FILE = "clock.jsonl"
-
-
-def load_verified(root: Path) -> list[VerifiedSample]:
-    path = Path(root) / "verified_samples" / VERIFIED_FILE
-    if not path.is_file():
-        raise StageError(f"{path} is missing: materialize verified_samples first")
-    return read_jsonl(path, VerifiedSample)
 
 
 def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) -> dict[str, Any]:
@@ -46,15 +44,14 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
     from orchestra.agent.systems import run_task
 
     root = Path(root)
-    samples = [s for s in load_verified(root) if s.split in ("train", "val")]
-    seeds_dir = root / "seed_tasks"
+    samples = [s for s in read_verified(root) if s.split in ("train", "val")]
     agent = params.agent
     t0 = time.perf_counter()
     runtime = open_runtime(
         agent,
         params.tools,
-        pages=seeds_dir,
-        media_root=seeds_dir / "media",
+        pages=seeds_dir(root),
+        media_root=media_dir(root),
         cache_dir=root,
         providers=params.providers,
     )
@@ -79,7 +76,7 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
             failed.append({"candidate_id": s.candidate_id, "answer": tr.answer, "error": tr.error})
     if not kept:
         why = Counter(f["error"] or f"answered {f['answer']!r}, not the label" for f in failed)
-        raise StageError.empty("expert_trajectories", f"successful runs of {len(samples)} samples", why)
+        raise StageError.empty(EXPERT_TRAJECTORIES, f"successful runs of {len(samples)} samples", why)
     # sub-tasks delegated after the first decision: escalations and redone failures
     later = sum(1 for tr in kept for st in tr.steps for r in st.results if r.get("turn", 0) > 0)
     summary = {
@@ -95,8 +92,8 @@ def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) 
         "cache": None if cache is None else {"hits": cache.stats.hits, "misses": cache.stats.misses},
     }
     rows = [split_clock(record_dict(tr)) for tr in kept]
-    with atomic_dir(root / "expert_trajectories") as tmp:
-        atomic_write_text(tmp / "trajectories.jsonl", "".join(dump_json(r) + "\n" for r, _ in rows))
+    with atomic_dir(stage_dir(root, EXPERT_TRAJECTORIES)) as tmp:
+        atomic_write_text(tmp / TRAJECTORIES_FILE, "".join(dump_json(r) + "\n" for r, _ in rows))
         clock = "".join(dump_json({"task_id": r["task_id"], "clock": c}) + "\n" for r, c in rows)
         atomic_write_text(run_dir(tmp) / CLOCK_FILE, clock)
         atomic_write_text(tmp / "failed.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in failed))
@@ -111,12 +108,9 @@ def build_decision_samples(params: Params, root: Path) -> dict[str, Any]:
     from orchestra.data.decisions import cut_trajectory, is_parallel_batch, off_path_states
 
     root = Path(root)
-    by_id = {s.candidate_id: s for s in load_verified(root)}
-    path = root / "expert_trajectories" / "trajectories.jsonl"
-    if not path.is_file():
-        raise StageError(f"{path} is missing: materialize expert_trajectories first")
+    by_id = {s.candidate_id: s for s in read_verified(root)}
     out: list[DecisionSample] = []
-    for tr in read_jsonl(path, Trajectory):
+    for tr in read_trajectories(root):
         sample = by_id[tr.task_id]
         out.extend(cut_trajectory(sample, tr, params.agent))
         if sample.split == "train":
@@ -127,7 +121,7 @@ def build_decision_samples(params: Params, root: Path) -> dict[str, Any]:
                 )
             )
     if not out:
-        raise StageError.empty("decision_samples", "decision samples", {"no kept expert trajectory": 1})
+        raise StageError.empty(DECISION_SAMPLES, "decision samples", {"no kept expert trajectory": 1})
     delegates = [d for d in out if isinstance(d.decision, Delegate)]
     summary = {
         "rows": len(out),
@@ -147,8 +141,8 @@ def build_decision_samples(params: Params, root: Path) -> dict[str, Any]:
             k: len({d.seed_id for d in out if d.split == k}) for k in sorted({d.split for d in out})
         },
     }
-    with atomic_dir(root / "decision_samples") as tmp:
-        write_jsonl(tmp / "samples.jsonl", out)
+    with atomic_dir(stage_dir(root, DECISION_SAMPLES)) as tmp:
+        write_jsonl(tmp / SAMPLES_FILE, out)
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
     return summary
 
@@ -159,8 +153,7 @@ def check_decision_samples(root: Path) -> tuple[bool, str]:
     from orchestra.agent.decision import ParseError, parse_decision
     from orchestra.agent.state import OrchestraState, validation_context
 
-    path = Path(root) / "decision_samples" / "samples.jsonl"
-    samples = read_jsonl(path, DecisionSample)
+    samples = read_jsonl(samples_file(root), DecisionSample)
     if not samples:
         return False, "no decision samples"
     splits: dict[str, set[str]] = {}

@@ -11,28 +11,44 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
-from orchestra.data.store import run_dir
-from orchestra.data.trajectories import VERIFIED_FILE
+from orchestra.data.store import (
+    BENCHMARK_DIR,
+    KB_DIR,
+    MEDIA_DIR,
+    TASKS_FILE,
+    VERIFIED_FILE,
+    benchmark_file,
+    read_anchors,
+    read_candidates,
+    read_verified,
+    run_dir,
+    seeds_dir,
+    stage_dir,
+)
 from orchestra.errors import StageError
-from orchestra.io import atomic_dir, atomic_write_text, dump_json, read_jsonl, write_jsonl
-from orchestra.schemas import AnchorFact, RewriteCandidate, Task, VerifiedSample, write_tasks_json
+from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
+from orchestra.schemas import (
+    Task,
+    VerifiedSample,
+    read_tasks_json,
+    write_tasks_json,
+)
+from orchestra.stages import VERIFIED_SAMPLES
 
-__all__ = ["BENCHMARK_DIR", "build_verified_samples", "check_verified"]
-
-BENCHMARK_DIR = "benchmark"
+__all__ = ["build_verified_samples", "check_kept_with_suite", "check_verified"]
 
 
-def _benchmark(tasks: list[Task], seeds_dir: Path, out: Path) -> int:
+def _benchmark(tasks: list[Task], seeds: Path, out: Path) -> int:
     """``tasks`` in OmniGAIA format with the media they read and the wiki pages, under ``out``."""
     out.mkdir(parents=True)
     files = sorted({m.path for t in tasks for m in t.omni_modal_input})
     for rel in files:
-        (out / "media" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(seeds_dir / "media" / rel, out / "media" / rel)
-    if (seeds_dir / "kb" / "pages.jsonl").is_file():  # a seed source without a knowledge base has none
-        (out / "kb").mkdir()
-        shutil.copy2(seeds_dir / "kb" / "pages.jsonl", out / "kb" / "pages.jsonl")
-    write_tasks_json(out / "tasks.json", tasks)
+        (out / MEDIA_DIR / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(seeds / MEDIA_DIR / rel, out / MEDIA_DIR / rel)
+    if (seeds / KB_DIR / "pages.jsonl").is_file():  # a seed source without a knowledge base has none
+        (out / KB_DIR).mkdir()
+        shutil.copy2(seeds / KB_DIR / "pages.jsonl", out / KB_DIR / "pages.jsonl")
+    write_tasks_json(out / TASKS_FILE, tasks)
     return len(files)
 
 
@@ -47,19 +63,14 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
     from orchestra.data.verify import CHECKS, verify_report
 
     root = Path(root)
-    seeds_dir = root / "seed_tasks"
     seeds = load_reference_seeds(root)
-    path = root / "rewrite_candidates" / "candidates.jsonl"
-    if not path.is_file():
-        raise StageError(f"{path} is missing: materialize rewrite_candidates first")
-    candidates = read_jsonl(path, RewriteCandidate)
-    anchors = read_jsonl(root / "anchor_facts" / "anchors.jsonl", AnchorFact)
+    candidates, anchors = read_candidates(root), read_anchors(root)
     t0 = time.perf_counter()
     report = verify_report(
         seeds,
         anchors,
         candidates,
-        seeds_dir,
+        seeds_dir(root),
         params.verify,
         tool_params=params.tools,
         providers=params.providers,
@@ -68,7 +79,7 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
     by_id = {c.candidate_id: c for c in candidates}
     results = {r.candidate_id: r for r in report.results}
     splits = seed_splits([str(s.id) for s in seeds], params.decisions.split, params.decisions.seed)
-    final = root / "verified_samples"
+    final = stage_dir(root, VERIFIED_SAMPLES)
     with atomic_dir(final) as tmp:
         ge_dir = run_dir(tmp) / "ge"  # GE's project, run results and Data Docs hold run ids and times
         ge = validate_checks(report.results, params.verify, ge_dir)
@@ -87,14 +98,14 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
         if not kept:
             failed_by = Counter(f"failed {c}" for r in ge.rejects for c in r["failed_checks"])
             raise StageError.empty(
-                "verified_samples", f"verified samples of {len(candidates)} candidates", failed_by
+                VERIFIED_SAMPLES, f"verified samples of {len(candidates)} candidates", failed_by
             )
         write_jsonl(tmp / VERIFIED_FILE, kept)
         atomic_write_text(
             tmp / "rejects.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in ge.rejects)
         )
         test = [s.task for s in kept if s.split == "test"]
-        media = _benchmark(test, seeds_dir, tmp / BENCHMARK_DIR)
+        media = _benchmark(test, seeds_dir(root), tmp / BENCHMARK_DIR)
         failed = Counter(c for r in ge.rejects for c in r["failed_checks"])
         summary = {
             "funnel": {
@@ -132,7 +143,7 @@ def check_verified(root: Path) -> tuple[bool, str]:
     """What may reach training: every kept sample passed all five checks, no seed is in two splits,
     and the benchmark holds exactly the test split with every media file it reads."""
     root = Path(root)
-    samples = read_jsonl(root / "verified_samples" / VERIFIED_FILE, VerifiedSample)
+    samples = read_verified(root)
     if not samples:
         return False, "no verified samples"
     bad = [s.candidate_id for s in samples if not s.verification.passed]
@@ -144,14 +155,14 @@ def check_verified(root: Path) -> tuple[bool, str]:
     crossing = sorted(k for k, v in splits.items() if len(v) > 1)
     if crossing:
         return False, f"seeds in two splits: {crossing[:5]}"
-    bench = root / "verified_samples" / BENCHMARK_DIR
-    from orchestra.schemas import read_tasks_json
-
-    tasks = read_tasks_json(bench / "tasks.json")
+    bench = benchmark_file(root).parent
+    tasks = read_tasks_json(bench / TASKS_FILE)
     want = sorted(s.candidate_id for s in samples if s.split == "test")
     if sorted(str(t.id) for t in tasks) != want:
         return False, "the benchmark is not the test split"
-    missing = [m.path for t in tasks for m in t.omni_modal_input if not (bench / "media" / m.path).is_file()]
+    missing = [
+        m.path for t in tasks for m in t.omni_modal_input if not (bench / MEDIA_DIR / m.path).is_file()
+    ]
     if missing:
         return False, f"benchmark media missing: {missing[:3]}"
     return True, f"{len(samples)} samples, {len(splits)} seeds, {len(tasks)} benchmark tasks"
@@ -164,7 +175,7 @@ def check_kept_with_suite(root: Path, params: Params) -> tuple[bool, str]:
 
     from orchestra.data.expectations import validate_checks
 
-    samples = read_jsonl(Path(root) / "verified_samples" / VERIFIED_FILE, VerifiedSample)
+    samples = read_verified(root)
     if not samples:
         return False, "no verified samples"
     with tempfile.TemporaryDirectory(prefix=".ge-check-", dir=root) as tmp:

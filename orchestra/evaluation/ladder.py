@@ -23,26 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
-from orchestra.data.store import RUN_DIR, run_dir
+from orchestra.data.store import RUN_DIR, SCORES_FILE, benchmark_file, run_dir, stage_dir
 from orchestra.errors import StageError
 from orchestra.evaluation.report import (
     BY_KEY,
     METRICS_FILE,
     TIMING_FILE,
     Row,
-    benchmark_file,
     flat_metrics,
     read_timing,
 )
 from orchestra.evaluation.scoring import latency_summary
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.lineage import LINEAGE_FILE
+from orchestra.stages import BENCHMARK_SCORES
 from orchestra.tools.pool import usable_cores
 
 __all__ = ["SHARD_FILE", "build_benchmark_scores", "eval_workers", "shard_dir", "shard_keys"]
 
 SHARD_FILE = "shard.json"
-STAGE = "benchmark_scores"
 #: in a shard's run record: each row's wall seconds on that shard
 WALL_FILE = "wall.json"
 
@@ -53,7 +52,7 @@ def shard_keys(params: Params) -> list[str]:
 
 
 def shard_dir(root: Path, k: int) -> Path:
-    return Path(root) / STAGE / f"shard-{k}"
+    return stage_dir(root, BENCHMARK_SCORES) / f"shard-{k}"
 
 
 def _shard_info(root: Path, k: int) -> dict[str, Any] | None:
@@ -145,7 +144,7 @@ def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[st
     seconds and latencies (the shards' clocks) in the stage's run record (:data:`TIMING_FILE`)."""
     from orchestra.evaluation.items import latencies, load_clocks, write_summary
 
-    out = Path(root) / STAGE
+    out = stage_dir(root, BENCHMARK_SCORES)
     scores: dict[str, Any] = {}
     timing: dict[str, Any] = {}
     for row in rows:
@@ -179,7 +178,7 @@ def _merge(params: Params, root: Path, rows: list[Row], infos: dict[int, dict[st
             "wall_s": round(sum(walls), 1),
             "latency_s": latency_summary(latencies(items, clocks)),
         }
-    atomic_write_text(out / "scores.json", dump_json(scores) + "\n")
+    atomic_write_text(out / SCORES_FILE, dump_json(scores) + "\n")
     atomic_write_text(run_dir(out) / TIMING_FILE, dump_json(timing) + "\n")
     # DVC metrics: a file of their own (DVC refuses a metrics file inside a tracked output folder)
     atomic_write_text(Path(root) / METRICS_FILE, dump_json(flat_metrics(scores)) + "\n")
@@ -225,10 +224,8 @@ def build_benchmark_scores(
     ready = {k: i for k, i in infos.items() if (i.get("inputs"), i.get("of"), i.get("rows")) == want}
     meta: dict[str, Any] = {"rows": len(rows), "shards": n, "complete": len(ready) == n}
     if len(ready) == n:
-        out = root / STAGE
-        keep = (
-            {f"shard-{k}" for k in range(n)} | {r.key for r in rows} | {"scores.json", LINEAGE_FILE, RUN_DIR}
-        )
+        out = stage_dir(root, BENCHMARK_SCORES)
+        keep = {f"shard-{k}" for k in range(n)} | {r.key for r in rows} | {SCORES_FILE, LINEAGE_FILE, RUN_DIR}
         for old in out.iterdir():  # rows and shards of an earlier layout or eval.shards
             if old.name not in keep and not old.name.startswith("."):
                 shutil.rmtree(old) if old.is_dir() else old.unlink()

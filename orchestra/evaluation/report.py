@@ -18,10 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
-from orchestra.data.store import RUN_DIR, read_run_record, run_dir
+from orchestra.data.store import (
+    RUN_DIR,
+    model_dir,
+    policy_stage,
+    read_run_record,
+    read_scores,
+    run_dir,
+    samples_file,
+    scores_file,
+    stage_dir,
+)
 from orchestra.errors import StageError
 from orchestra.evaluation.scoring import CATEGORIES, CATEGORY_SHORT, LEVELS
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
+from orchestra.stages import BENCHMARK_SCORES, REPORT
 
 __all__ = ["BY_KEY", "LADDER", "Row", "build_report", "flat_metrics", "markdown_report"]
 
@@ -38,9 +49,10 @@ class Row:
     def policy_arg(self, root: Path) -> str:
         if self.policy in ("oracle", "untrained"):
             return self.policy
-        path = root / f"policy_{self.policy}" / "model"
+        path = model_dir(root, self.policy)
         if not (path / "config.json").is_file():
-            raise StageError(f"row {self.key}: {path} has no model; materialize policy_{self.policy} first")
+            stage = policy_stage(self.policy)
+            raise StageError(f"row {self.key}: {path} has no model; materialize {stage} first")
         return f"checkpoint:{path}"
 
 
@@ -62,13 +74,6 @@ METRICS_FILE = "benchmark_metrics.json"
 TIMING_REPORT = f"{RUN_DIR}/timing.md"
 #: in benchmark_scores' run record: each row's wall seconds and latency percentiles over every shard
 TIMING_FILE = "timing.json"
-
-
-def benchmark_file(root: Path) -> Path:
-    path = root / "verified_samples" / "benchmark" / "tasks.json"
-    if not path.is_file():
-        raise StageError(f"{path}: no embedded benchmark; materialize verified_samples first")
-    return path
 
 
 def in_ladder_order(scores: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,7 +181,7 @@ def _linear_pairs(scores: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Ma
 def read_timing(root: Path) -> dict[str, Any]:
     """Each row's wall seconds and latency percentiles, as benchmark_scores' last merge measured them
     ({} when the scores came from elsewhere, e.g. ``dvc pull``: the clock is not part of the data)."""
-    path = run_dir(Path(root) / "benchmark_scores") / TIMING_FILE
+    path = run_dir(stage_dir(root, BENCHMARK_SCORES)) / TIMING_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
@@ -257,7 +262,7 @@ def reward_histories(params: Params, root: Path) -> dict[str, dict[str, list[tup
     client = mlflow.MlflowClient(tracking_uri(params, root))
     out: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for recipe in ("dagrpo", "grpo"):
-        run_id = read_run_record(root, f"policy_{recipe}").get("mlflow_run_id")
+        run_id = read_run_record(root, policy_stage(recipe)).get("mlflow_run_id")
         if not run_id:
             continue
         run = client.get_run(run_id)
@@ -282,7 +287,7 @@ def _reward_plot(curves: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]
         for name, points in series.items():
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=name)
-        ax.set_title(f"policy_{recipe}: reward per step (MLflow)")
+        ax.set_title(f"{policy_stage(recipe)}: reward per step (MLflow)")
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -298,18 +303,14 @@ def build_report(params: Params, root: Path) -> dict[str, Any]:
     from orchestra.training.tracking import recipe_run
 
     root = Path(root)
-    path = root / "benchmark_scores" / "scores.json"
-    if not path.is_file():
-        raise StageError(f"{path}: no scores; materialize benchmark_scores first")
-    scores = json.loads(path.read_text(encoding="utf-8"))
+    scores = read_scores(root)
     curves = reward_histories(params, root)
     text = markdown_report(scores)
-    samples = root / "decision_samples" / "samples.jsonl"
     tags = {
-        "orchestra.benchmark_scores_sha256": file_digest(path),
-        "orchestra.decision_samples_sha256": file_digest(samples) if samples.is_file() else "",
+        "orchestra.benchmark_scores_sha256": file_digest(scores_file(root)),
+        "orchestra.decision_samples_sha256": file_digest(samples_file(root)),
     }
-    with atomic_dir(root / "report") as tmp:
+    with atomic_dir(stage_dir(root, REPORT)) as tmp:
         atomic_write_text(tmp / "report.md", text)
         atomic_write_text(tmp / TIMING_REPORT, timing_report(scores, read_timing(root)))
         _level_plot(scores, tmp / "accuracy_by_level.png")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import AgentParams, Params, ProviderSpec
-from orchestra.data.store import run_dir, split_clock
+from orchestra.data.store import model_dir, run_dir, split_clock
 from orchestra.errors import OrchestraError
 from orchestra.evaluation.items import (
     CLOCK_FILE,
@@ -108,7 +108,7 @@ class EvalConfig:
         if self.policy.startswith("checkpoint:"):  # a retrained model is another run
             out["model_sha256"] = dir_digest(Path(self.policy.split(":", 1)[1]))
         elif self.policy == "untrained":  # fresh weights on the SFT policy's config and tokenizer
-            out["model_sha256"] = dir_digest((self.data_dir or self.out) / "policy_sft" / "model")
+            out["model_sha256"] = dir_digest(model_dir(self.data_dir or self.out, "sft"))
         return out
 
     def _portable(self, path: Path) -> str:
@@ -181,7 +181,7 @@ class _Policies:
 def _untrained_dir(params: Params, cfg: EvalConfig) -> Path:
     """A model directory with the SFT policy's config, tokenizer and view and fresh weights (cached
     beside the eval output)."""
-    src = (cfg.data_dir or cfg.out) / "policy_sft" / "model"
+    src = model_dir(cfg.data_dir or cfg.out, "sft")
     if not (src / "config.json").is_file():
         raise EvalError(f"policy untrained: {src} has no model (materialize policy_sft first)")
     dst = cfg.out / "untrained_model"

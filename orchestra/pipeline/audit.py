@@ -19,11 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
-from orchestra.data.store import read_run_record, run_dir
+from orchestra.data.store import (
+    SAMPLES_FILE,
+    SCORES_FILE,
+    model_dir,
+    policy_stage,
+    read_run_record,
+    run_dir,
+    stage_dir,
+)
 from orchestra.errors import OrchestraError
 from orchestra.io import dir_digest
 from orchestra.lineage import LINEAGE_FILE, dir_md5, read_record
-from orchestra.stages import STAGES
+from orchestra.stages import BENCHMARK_SCORES, DECISION_SAMPLES, STAGES, VERIFIED_SAMPLES
 
 __all__ = ["AuditError", "Link", "audit"]
 
@@ -82,7 +90,7 @@ def _stage_links(chain: str, root: Path, start: str) -> list[Link]:
             detail = have if ok else f"{up} changed after {name} read it: {want} → {have}"
             out.append(Link(chain, f"{name} ← {up}", ok, detail))
             todo.append(up)
-        if name == "verified_samples":
+        if name == VERIFIED_SAMPLES:
             out.append(_ge_link(chain, root))
     return out
 
@@ -90,7 +98,7 @@ def _stage_links(chain: str, root: Path, start: str) -> list[Link]:
 def _ge_link(chain: str, root: Path) -> Link:
     from orchestra.data.verified import check_verified
 
-    ge = _json(run_dir(root / "verified_samples") / "ge" / "validation_result.json")
+    ge = _json(run_dir(stage_dir(root, VERIFIED_SAMPLES)) / "ge" / "validation_result.json")
     if ge is None:
         return Link(chain, "verified_samples GE result", False, "no Great Expectations result")
     ok, detail = check_verified(root)
@@ -129,7 +137,7 @@ def _mlflow_links(chain: str, params: Params, root: Path, recipe: str, model: st
 
     from orchestra.training.tracking import tracking_uri
 
-    policy_dir = root / f"policy_{recipe}"
+    policy_dir = stage_dir(root, policy_stage(recipe))
     run_id = read_run_record(root, policy_dir.name).get("mlflow_run_id")
     if not run_id:
         return [Link(chain, "checkpoint → MLflow run", False, f"{policy_dir}: a checkpoint without a run")]
@@ -150,7 +158,7 @@ def _mlflow_links(chain: str, params: Params, root: Path, recipe: str, model: st
         _registry_link(chain, client, params.tracking.registered_model, recipe, run_id, model),
     ]
     want = run.data.tags.get("orchestra.decision_samples_sha256")
-    have = _file_sha256(root / "decision_samples" / "samples.jsonl")
+    have = _file_sha256(stage_dir(root, DECISION_SAMPLES) / SAMPLES_FILE)
     ok = want == have
     detail = f"samples.jsonl {have[:16]}" if ok else f"data changed after training: {want} → {have}"
     out.append(Link(chain, "MLflow run → decision_samples", ok, detail))
@@ -162,7 +170,7 @@ def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
 
     chain = row
     out: list[Link] = []
-    model = dir_digest(root / f"policy_{policy}" / "model")
+    model = dir_digest(model_dir(root, policy))
     for k in range(params.eval.shards):
         run = _json(shard_dir(root, k) / row / "run.json")
         if run is None:
@@ -172,25 +180,24 @@ def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
         detail = f"model {model[:16]}" if ok else "the checkpoint changed after it was scored"
         out.append(Link(chain, f"score shard-{k} → checkpoint", ok, detail))
     out += _mlflow_links(chain, params, root, policy, model)
-    out += _stage_links(chain, root, f"policy_{policy}")
+    out += _stage_links(chain, root, policy_stage(policy))
     return out
 
 
 def audit(params: Params, root: Path, rows: list[str] | None = None) -> list[Link]:
     """Every link of the chains of ``rows`` (default: each row of scores.json a trained policy drives)."""
     root = Path(root)
-    scores = _json(root / "benchmark_scores" / "scores.json")
+    path = stage_dir(root, BENCHMARK_SCORES) / SCORES_FILE
+    scores = _json(path)
     if scores is None:
-        raise AuditError(
-            f"{root / 'benchmark_scores' / 'scores.json'}: no scores; materialize benchmark_scores"
-        )
+        raise AuditError(f"{path}: no scores; materialize {BENCHMARK_SCORES}")
     trained = {k: s["policy"] for k, s in scores.items() if s["policy"] not in ("oracle", "untrained")}
     unknown = sorted(set(rows or ()) - set(trained))
     if unknown:
         raise AuditError(
             f"rows {unknown} are not trained-policy rows of the scores; valid: {sorted(trained)}"
         )
-    links = _stage_links("benchmark_scores", root, "benchmark_scores")
+    links = _stage_links(BENCHMARK_SCORES, root, BENCHMARK_SCORES)
     for row in rows or sorted(trained):
         links += _row_links(params, root, row, trained[row])
     return links

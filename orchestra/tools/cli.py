@@ -60,6 +60,7 @@ def list_tools(
 def _pages(world: Path | None, params_file: Path) -> tuple[Any, Any]:
     """(page store, tool params): --world if given, else the seed_tasks output of params.yaml's data dir."""
     from orchestra.config import ToolParams, data_root, load_params
+    from orchestra.stages import SEED_TASKS
     from orchestra.tools.pages import PageStore
     from orchestra.tools.registry import has_pages
 
@@ -69,7 +70,7 @@ def _pages(world: Path | None, params_file: Path) -> tuple[Any, Any]:
         return PageStore.from_world(world), tools
     default = (
         data_root(params_file, params) if params is not None else Path("data").resolve()
-    ) / "seed_tasks"
+    ) / SEED_TASKS
     if has_pages(default):
         return PageStore.from_world(default), tools
     return PageStore.empty(

@@ -166,7 +166,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from orchestra.data.trajectories import load_verified
+    from orchestra.data.store import read_verified
     from orchestra.training.reward_model import make_rubric
     from orchestra.training.tracking import log_metrics, log_samples_input, recipe_run, step_callback
 
@@ -201,7 +201,7 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
         }
         for s in picked
     ]
-    answers = {s.candidate_id: s.task.answer for s in load_verified(root)} if gp.answer_credit else None
+    answers = {s.candidate_id: s.task.answer for s in read_verified(root)} if gp.answer_credit else None
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
     with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)

@@ -164,13 +164,13 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from orchestra.data.trajectories import load_verified
+    from orchestra.data.store import read_verified
     from orchestra.training.states import rollout_environment
     from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
     gp, path = params.train.grpo, samples_path(root)
-    verified = [s for s in load_verified(root) if s.split == "train"]
+    verified = [s for s in read_verified(root) if s.split == "train"]
     if not verified:
         raise StageError(f"{root / 'verified_samples'}: no train tasks for outcome GRPO")
     tasks = {s.candidate_id: s.task for s in verified}

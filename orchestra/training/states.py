@@ -82,10 +82,10 @@ def policy_states(
 
 def _collect(params: Params, root: Path, start: Path, count: int, out: Path) -> dict[str, float]:
     from orchestra.data.decisions import relabel_trajectory
-    from orchestra.data.trajectories import load_verified
+    from orchestra.data.store import read_verified
 
     t0 = time.perf_counter()
-    train = [s for s in load_verified(root) if s.split == "train" and s.task.solution_program]
+    train = [s for s in read_verified(root) if s.split == "train" and s.task.solution_program]
     if not train:
         raise StageError(f"{root / 'verified_samples'}: no train task with a solution to roll out")
     tasks = [
