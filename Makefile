@@ -52,7 +52,7 @@ $(DAGSTER_HOME)/dagster.yaml:
 # Dagster materializes what is not up to date (lineage records), every benchmark shard in one run;
 # then dvc.lock records what was built, so `dvc status` is clean and `make repro` has nothing to do.
 pipeline: setup
-	$(VENV)/bin/python -m dagster_project.pipeline
+	$(VENV)/bin/python -m launch.pipeline
 
 # lint-imports first: the import contracts in pyproject.toml (layers, no cycles, no Dagster in orchestra/).
 test: setup cluster-deps
@@ -87,7 +87,7 @@ screenshots: setup
 	$(MAKE) docs
 	$(VENV)/bin/python scripts/docs_screenshots.py --site site --out docs
 
-# The cluster profile's servers (dagster_project/cluster.py): Redis and PostgreSQL from Debian, installed
+# The cluster profile's servers (launch/cluster.py): Redis and PostgreSQL from Debian, installed
 # when missing (as root), a clear message otherwise (tests/test_cluster.py then skips, saying why).
 cluster-deps:
 	@missing=""; command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -105,14 +105,14 @@ cluster-deps:
 # MLflow server and WORKERS dagster-celery workers; `make cluster-down` stops all of it.
 WORKERS ?= 2
 cluster-up: setup cluster-deps
-	$(VENV)/bin/python -m dagster_project.cluster up --workers $(WORKERS)
+	$(VENV)/bin/python -m launch.cluster up --workers $(WORKERS)
 
 cluster-down:
-	$(VENV)/bin/python -m dagster_project.cluster down
+	$(VENV)/bin/python -m launch.cluster down
 
 # The lineage through a cluster brought up for it and stopped after it, however the run ends.
 pipeline-cluster: setup cluster-deps
-	$(VENV)/bin/python -m dagster_project.cluster pipeline --workers $(WORKERS)
+	$(VENV)/bin/python -m launch.cluster pipeline --workers $(WORKERS)
 
 test-cluster: setup cluster-deps
 	$(VENV)/bin/pytest -q tests/test_cluster.py
@@ -127,7 +127,7 @@ repro: setup
 	$(DVC_VENV)/bin/dvc repro
 
 lint: setup
-	$(VENV)/bin/ruff check orchestra dagster_project tests bench scripts
+	$(VENV)/bin/ruff check orchestra dagster_project launch tests bench scripts
 	$(VENV)/bin/lint-imports
 
 # Every asset output and run record; data/incoming/ (a user's seed files) stays.

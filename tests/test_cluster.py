@@ -1,4 +1,4 @@
-"""The cluster profile (dagster_project.cluster): Redis, PostgreSQL, an MLflow server and two dagster-celery
+"""The cluster profile (launch.cluster): Redis, PostgreSQL, an MLflow server and two dagster-celery
 workers on this machine run the lineage of a small world as the multiprocess executor does; a step whose
 process is killed fails the run at once and a re-execution from failure finishes it; a broker or database
 that does not answer is an error naming its URL, not a hang."""
@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import TINY_EVAL
 
-from dagster_project.pipeline import _command
+from launch.pipeline import _command
 from orchestra import lineage
 from orchestra.data.store import RUN_DIR
 from orchestra.stages import STAGES
@@ -58,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _driver(params: Path, env: dict[str, str], *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "dagster_project.pipeline", "--params", str(params), *extra]
+    cmd = [sys.executable, "-m", "launch.pipeline", "--params", str(params), *extra]
     return subprocess.Popen(
         cmd,
         cwd=ROOT,
@@ -166,7 +166,7 @@ def test_a_killed_step_fails_the_run_and_a_reexecution_finishes_it(cluster: Any)
     ).exists()
 
     again = subprocess.run(
-        [sys.executable, "-m", "dagster_project.cluster", "reexecute", run_id, "--state", f"{base}/.cluster"],
+        [sys.executable, "-m", "launch.cluster", "reexecute", run_id, "--state", f"{base}/.cluster"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert again.returncode == 0 and "success" in again.stdout, again.stdout[-2000:] + again.stderr[-3000:]

@@ -195,7 +195,7 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
     for event in again.get_asset_materialization_events():
         assert event.materialization.metadata["up_to_date"].value == "True", event.asset_key
     driver = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), "-m", "dagster_project.pipeline", "--params", str(params)],
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "launch.pipeline", "--params", str(params)],
         cwd=ROOT,
         capture_output=True,
         text=True,

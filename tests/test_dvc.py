@@ -130,7 +130,7 @@ def test_a_dagster_run_leaves_dvc_clean_and_a_clone_pulls_its_outputs(
     env.pop("ORCHESTRA_PARAMS", None)
     (project_copy / ".venv-dvc").symlink_to(ROOT / ".venv-dvc")
     python = str(ROOT / ".venv" / "bin" / "python")
-    built = _run([python, "-m", "dagster_project.pipeline"], project_copy, env)
+    built = _run([python, "-m", "launch.pipeline"], project_copy, env)
     assert f"dvc.lock records {len(STAGES)} of {len(STAGES)} stages" in built, built
     status = json.loads(_run([str(DVC), "status", "--json"], project_copy, env))
     assert status == {}, status
@@ -154,7 +154,7 @@ def test_a_dagster_run_leaves_dvc_clean_and_a_clone_pulls_its_outputs(
         recorded = json.loads((project_copy / "data" / name / lineage.LINEAGE_FILE).read_text())["outputs"]
         assert lineage.dir_md5(clone / "data" / name, exclude=(lineage.LINEAGE_FILE,)) == recorded, name
     shared = {**env, "ORCHESTRA_MLFLOW_URI": f"sqlite:///{project_copy / 'mlflow.db'}"}
-    again = _run([python, "-m", "dagster_project.pipeline"], clone, shared)
+    again = _run([python, "-m", "launch.pipeline"], clone, shared)
     assert "nothing recomputed" in again, again
     audit = _run([str(ROOT / ".venv" / "bin" / "orchestra"), "audit"], clone, shared)
     assert "0 broken" in audit, audit

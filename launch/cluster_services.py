@@ -1,4 +1,4 @@
-"""The services of the one-machine cluster (dagster_project.cluster): start each, wait until it answers,
+"""The services of the one-machine cluster (launch.cluster): start each, wait until it answers,
 stop it. Every long-running process gets its own process group, so stopping it stops its children too."""
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 PostgreSQL holding the Dagster instance (dagster-postgres) and the MLflow server's store, an MLflow
 tracking server, and N dagster-celery workers.
 
-    python -m dagster_project.cluster up [--workers 2] [--params params.yaml]
-    python -m dagster_project.cluster env          # what a launcher, a worker or `orchestra audit` needs
-    python -m dagster_project.cluster pipeline     # up, the lineage through it (pipeline.py --cluster), down
-    python -m dagster_project.cluster reexecute RUN_ID   # a failed run again from its failed steps
-    python -m dagster_project.cluster down [--purge]
+    python -m launch.cluster up [--workers 2] [--params params.yaml]
+    python -m launch.cluster env          # what a launcher, a worker or `orchestra audit` needs
+    python -m launch.cluster pipeline     # up, the lineage through it (pipeline.py --cluster), down
+    python -m launch.cluster reexecute RUN_ID   # a failed run again from its failed steps
+    python -m launch.cluster down [--purge]
 
 State lives in ``.cluster/`` (``cluster.json``: ports, pids, the environment; logs). Each worker is its own
 process group started with nothing but that environment, the checkout as working directory and the
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dagster_project.cluster_services import (
+from launch.cluster_services import (
     CELERY_CONFIG,
     ClusterError,
     create_databases,
@@ -172,7 +172,7 @@ def _pipeline(state_dir: Path, workers: int, params: Path) -> int:
         cmd = [
             sys.executable,
             "-m",
-            "dagster_project.pipeline",
+            "launch.pipeline",
             "--params",
             str(params),
             "--cluster",

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from dagster_project.cluster import load_state
-from dagster_project.cluster_services import CELERY_CONFIG, ClusterError, check_reachable
+from launch.cluster import load_state
+from launch.cluster_services import CELERY_CONFIG, ClusterError, check_reachable
 from orchestra.config import Params, data_root, load_params
 from orchestra.errors import OrchestraError
 from orchestra.evaluation.ladder import shard_keys
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         "--all", action="store_true", help="materialize every asset (each still skips when up to date)"
     )
     ap.add_argument(
-        "--cluster", type=Path, help="the folder of a cluster (dagster_project.cluster) to run the steps on"
+        "--cluster", type=Path, help="the folder of a cluster (launch.cluster) to run the steps on"
     )
     args = ap.parse_args(argv)
     try:
