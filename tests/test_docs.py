@@ -29,6 +29,7 @@ def test_the_site_builds_strict_and_the_params_reference_lists_every_field(tmp_p
     assert res.returncode == 0, res.stderr[-3000:]
     pages = ("index", "reference/params", "reference/cli", "reference/assets", "results/index")
     pages += ("how-to/serve", "how-to/extend", "how-to/schedule", "how-to/audit", "concepts/lineage")
+    pages += ("concepts/architecture",)
     for page in pages:
         assert (tmp_path / "site" / f"{page}.html").is_file(), page
 

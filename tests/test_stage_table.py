@@ -2,12 +2,16 @@
 stage reads only the params its row declares (an undeclared read fails at the read, naming the key)."""
 
 import pickle
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from orchestra.config import load_params
+from orchestra.data.store import read_seed_tasks, stage_dir
+from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.pipeline.run import load_function, run_stage
 from orchestra.pipeline.scope import UndeclaredParams, scoped
 from orchestra.stages import STAGES, Stage
@@ -22,7 +26,7 @@ def test_every_row_names_functions_that_exist_and_reads_only_earlier_rows() -> N
         assert callable(load_function(stage.fn)), stage.fn
         for check in stage.checks:
             assert callable(load_function(check.fn)), check.fn
-        assert stage.group in ("data", "training", "evaluation") and stage.params, name
+        assert stage.group in ("data", "training", "evaluation"), name
         seen.add(name)
 
 
@@ -66,3 +70,38 @@ def test_a_stage_that_reads_an_undeclared_key_fails_and_keeps_its_output(
     with pytest.raises(UndeclaredParams, match="stage seed_tasks read params seed,"):
         run_stage("seed_tasks", params, root, force=True)
     assert (root / "seed_tasks" / "tasks.json").read_bytes() == before
+
+
+def count_questions(params: Any, root: Path) -> dict[str, Any]:
+    """A stage added in a test: the seed tasks' questions by word count."""
+    counts = Counter(len(t.question.split()) for t in read_seed_tasks(root))
+    with atomic_dir(stage_dir(root, "question_lengths")) as tmp:
+        atomic_write_text(tmp / "lengths.json", dump_json(dict(sorted(counts.items()))) + "\n")
+    return {"rows": len(counts)}
+
+
+def test_a_new_stage_is_one_row_plus_its_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row alone makes the stage runnable (lineage included), a DVC stage and a Dagster asset."""
+    import dagster as dg
+
+    from dagster_project.assets import _stage_asset
+    from dagster_project.resources import ParamsResource
+    from orchestra.pipeline.dvc import dvc_yaml
+
+    row = Stage(
+        "question_lengths", "test_stage_table:count_questions", upstream=("seed_tasks",), params=(),
+        code=("tests/test_stage_table.py",), rows="lengths", description="Questions by word count.",
+    )  # fmt: skip
+    monkeypatch.setitem(STAGES, row.name, row)
+    data = yaml.safe_load((ROOT / "params.yaml").read_text())
+    data["seed"].update(source="omnigaia", limit=5)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    params, root = load_params(tmp_path / "params.yaml"), tmp_path / "data"
+    run_stage("seed_tasks", params, root)
+    assert run_stage("question_lengths", params, root)["up_to_date"] is False
+    assert (root / "question_lengths" / "lengths.json").is_file()
+    assert run_stage("question_lengths", params, root)["up_to_date"] is True
+    assert "  question_lengths:\n    cmd: .venv/bin/orchestra stage question_lengths" in dvc_yaml()
+    asset = _stage_asset(row)
+    result = dg.materialize([asset], resources={"params": ParamsResource(path=str(tmp_path / "params.yaml"))})
+    assert result.success and {k.to_user_string() for k in asset.dependency_keys} == {"seed_tasks"}
