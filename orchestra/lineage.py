@@ -14,12 +14,11 @@ from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Any
 
-import orchestra
 from orchestra.config import Params
 from orchestra.data.sources import DATASET_SOURCES, dataset_files
 from orchestra.data.store import RUN_DIR
 from orchestra.io import atomic_write_text, dump_json
-from orchestra.stages import SEED_TASKS, Stage
+from orchestra.stages import CODE_ROOT, SEED_TASKS, Stage, code_paths
 
 __all__ = [
     "LINEAGE_FILE",
@@ -31,8 +30,6 @@ __all__ = [
 ]
 
 LINEAGE_FILE = "lineage.json"
-#: the project folder the ``code`` paths of the stage table are relative to (the orchestra package's parent)
-CODE_ROOT = Path(orchestra.__file__).resolve().parent.parent
 
 
 def _file_md5(path: Path) -> str:
@@ -105,7 +102,7 @@ def fingerprint(stage: Stage, params: Params, root: Path) -> dict[str, Any]:
     """What ``stage`` would read now; ``digest`` names the whole of it."""
     out: dict[str, Any] = {
         "params": _params_subset(params, stage.params),
-        "code": _code_digest(stage.code),
+        "code": _code_digest(code_paths(stage)),
         "inputs": {up: dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in stage.upstream},
         "external": _external(stage.name, params, root),
     }

@@ -14,11 +14,16 @@ and the digest of its inputs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestra.errors import StageError
 
-__all__ = ["STAGES", "Check", "Stage", "get_stage"]
+__all__ = ["CODE_ROOT", "STAGES", "Check", "Stage", "code_paths", "get_stage"]
+
+#: the project folder source paths are relative to (the orchestra package's parent)
+CODE_ROOT = Path(__file__).resolve().parent.parent
 
 #: the stages' names, which are their folders' names under the data folder (orchestra/data/store.py)
 SEED_TASKS = "seed_tasks"
@@ -53,7 +58,6 @@ class Stage:
     fn: str  #: ``module:function`` writing ``root/<name>/``
     upstream: tuple[str, ...]  #: stage outputs it reads
     params: tuple[str, ...]  #: params sections or dotted keys it reads (nothing else is readable)
-    code: tuple[str, ...]  #: source paths whose change makes its output stale
     rows: str  #: what a row of its output is, for the log
     description: str
     group: str = "data"  #: data | training | evaluation (the Dagster jobs select by group)
@@ -64,17 +68,11 @@ class Stage:
     inputs: tuple[str, ...] = ()  #: paths under the data folder outside any stage's output it reads
     metrics: tuple[str, ...] = ()  #: files under the data folder it writes as DVC metrics
     checks: tuple[Check, ...] = ()
+    #: more paths whose change makes its output stale, besides its code (:func:`code_paths`: its
+    #: function's module, everything that imports, and the data files those modules read)
+    code: tuple[str, ...] = ()
 
 
-_AGENT = ("orchestra/agent", "orchestra/backends", "orchestra/tools", "orchestra/lm", "orchestra/answers.py")
-_EVAL_CODE = ("orchestra/evaluation", *_AGENT)
-#: a recipe that runs a policy end to end (outcome rollouts, the policy's own states relabelled)
-_ROLLOUT_CODE = (
-    "orchestra/training",
-    *_AGENT,
-    "orchestra/data/decisions.py",
-    "orchestra/data/trajectories.py",
-)
 _TRAINING = dict(group="training", kinds=("pytorch", "mlflow"), all_cores=True, resumable=True)
 
 _ROWS: tuple[Stage, ...] = (
@@ -83,8 +81,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.data.seeds:seed_tasks_stage",
         upstream=(),
         params=("seed",),
-        code=("orchestra/data/seeds.py", "orchestra/data/sources.py", "orchestra/schemas.py")
-        + ("orchestra/resources/omnigaia", "orchestra/world"),
         rows="seed tasks",
         description="Seed tasks in OmniGAIA format (+ media, + the world's pages) under data/seed_tasks/.",
         kinds=("python", "json"),
@@ -95,18 +91,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.data.anchors:build_anchor_facts",
         upstream=(SEED_TASKS,),
         params=("anchors", "agent", "tools", "providers"),
-        code=(
-            "orchestra/data/anchors.py",
-            "orchestra/data/recheck.py",
-            "orchestra/data/reference.py",
-            "orchestra/data/llm.py",
-            "orchestra/agent",
-            "orchestra/answers.py",
-            "orchestra/backends",
-            "orchestra/tools",
-            "orchestra/lm",
-            "orchestra/resources/registry",
-        ),
         rows="anchor facts",
         description="Per seed, the facts its answer rests on (perceived, looked up, computed), each "
         "recovered by the real tools; material (other values its media hold); seeds set aside with reasons.",
@@ -117,17 +101,6 @@ _ROWS: tuple[Stage, ...] = (
         upstream=(SEED_TASKS, ANCHOR_FACTS),
         params=("rewrite", "verify.similarity_metric", "verify.max_lexical_similarity", "agent", "tools")
         + ("providers",),
-        code=(
-            "orchestra/data/candidates.py",
-            "orchestra/data/recheck.py",
-            "orchestra/data/rewrite.py",
-            "orchestra/data/reference.py",
-            "orchestra/data/program.py",
-            "orchestra/data/phrases.py",
-            "orchestra/data/report.py",
-            "orchestra/data/llm.py",
-            "orchestra/resources/registry",
-        ),
         rows="candidates",
         description="Rewrite candidates: five strategies x three levels over each seed's anchors and "
         "material, each with its own replayable solution program.",
@@ -137,16 +110,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.data.verified:build_verified_samples",
         upstream=(SEED_TASKS, ANCHOR_FACTS, REWRITE_CANDIDATES),
         params=("verify", "decisions.split", "decisions.seed", "tools", "providers"),
-        code=(
-            "orchestra/data/verified.py",
-            "orchestra/data/reference.py",
-            "orchestra/data/verify.py",
-            "orchestra/data/verify_bypass.py",
-            "orchestra/data/verify_judge.py",
-            "orchestra/data/llm.py",
-            "orchestra/data/verify_rederive.py",
-            "orchestra/data/expectations.py",
-        ),
         rows="verified samples",
         description="Candidates that pass the five checks (anchor coverage, lexical similarity, modality "
         "bypass, numeric re-derivation, judge), validated by a Great Expectations suite; rejects with "
@@ -171,8 +134,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.data.trajectories:build_expert_trajectories",
         upstream=(SEED_TASKS, VERIFIED_SAMPLES),
         params=("agent", "tools", "providers"),
-        code=("orchestra/data/trajectories.py", "orchestra/agent", "orchestra/backends")
-        + ("orchestra/lm", "orchestra/resources/registry"),
         rows="trajectories",
         description="The expert's successful runs of the orchestra system on the train and val samples.",
     ),
@@ -181,7 +142,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.data.trajectories:build_decision_samples",
         upstream=(VERIFIED_SAMPLES, EXPERT_TRAJECTORIES),
         params=("decisions", "agent"),
-        code=("orchestra/data/decisions.py", "orchestra/data/trajectories.py"),
         rows="decision samples",
         description="Decision-level samples: the state before each expert decision, its compact rendering "
         "and the decision; on train also off-path states and re-renderings labelled by the stateless "
@@ -200,7 +160,6 @@ _ROWS: tuple[Stage, ...] = (
         upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES),
         params=("train.seed", "train.policy", "train.sft", "agent", "tools", "eval.max_turns")
         + ("eval.concurrency", "tracking"),
-        code=_ROLLOUT_CODE,
         rows="training samples",
         description="The SFT policy: a Qwen3 trained from scratch (TRL SFTTrainer) on the decision samples "
         "(or continued from train.sft.init, with its own states relabelled: DAgger); exact, structural, "
@@ -213,7 +172,6 @@ _ROWS: tuple[Stage, ...] = (
         upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES, POLICY_SFT),
         params=("train.seed", "train.dagrpo", "agent", "providers", "tools", "eval.max_turns")
         + ("eval.concurrency", "tracking"),
-        code=_ROLLOUT_CODE,
         rows="decision prompts",
         description="DA-GRPO from the SFT policy: groups of decisions per state (the expert's, the policy's "
         "own relabelled by the expert, or both: train.dagrpo.states) scored by the rubric reward against "
@@ -225,7 +183,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.training.run:policy_grpo",
         upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES, POLICY_SFT),
         params=("train.seed", "train.grpo", "agent", "tools", "tracking"),
-        code=_ROLLOUT_CODE,
         rows="rollout prompts",
         description="Outcome GRPO (Maestro's recipe) from the SFT policy: full orchestrator rollouts with "
         "real tools on the train tasks, reward = answer correctness + format.",
@@ -236,7 +193,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.evaluation.ladder:build_benchmark_scores",
         upstream=(SEED_TASKS, VERIFIED_SAMPLES, POLICY_SFT, POLICY_DAGRPO, POLICY_GRPO),
         params=("eval", "agent", "tools", "train.seed", "providers"),
-        code=_EVAL_CODE,
         rows="rows",
         description="The papers' ablation ladder on the embedded benchmark (the test split), partitioned by "
         "benchmark shard (merged once every shard is in): react, orchestra with the untrained, SFT, "
@@ -253,7 +209,6 @@ _ROWS: tuple[Stage, ...] = (
         "orchestra.evaluation.report:build_report",
         upstream=(BENCHMARK_SCORES, DECISION_SAMPLES, POLICY_DAGRPO, POLICY_GRPO),
         params=("tracking",),
-        code=("orchestra/evaluation",),
         rows="rows",
         description="The tables as Markdown (overall, by Level, by category, linear vs orchestra), "
         "accuracy-by-Level and reward-curve plots (read back from MLflow), logged to an MLflow run.",
@@ -271,3 +226,57 @@ def get_stage(name: str) -> Stage:
         return STAGES[name]
     except KeyError:
         raise StageError(f"unknown stage {name!r}; valid stages: {', '.join(STAGES)}") from None
+
+
+#: the data files a module reads (shipped with the package): part of the code of every stage that imports it
+_RESOURCES = {
+    "orchestra.backends.registry": "orchestra/resources/registry",  # the expert registry
+    "orchestra.data.seeds": "orchestra/resources/omnigaia",  # the shipped OmniGAIA metadata
+}
+#: modules whose change cannot change a stage's output by itself: the params model (the params a stage
+#: reads are digested by value, defaults included), the error messages, this table and the lineage
+_NOT_CODE = ("orchestra.config", "orchestra.errors", "orchestra.stages", "orchestra.lineage")
+
+
+@functools.cache
+def _imports() -> object:
+    import grimp
+
+    return grimp.build_graph("orchestra", cache_dir=None)
+
+
+def _module_file(module: str) -> Path:
+    base = CODE_ROOT / module.replace(".", "/")
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def _collapsed(files: set[Path]) -> list[str]:
+    """``files`` as paths, a package's folder standing for its files when every one of them is in."""
+    out: list[str] = []
+    todo = sorted(files)
+    for folder in sorted({f.parent for f in files}, key=lambda d: len(d.parts)):
+        if any(Path(o) in folder.parents or CODE_ROOT / o == folder for o in out if not o.endswith(".py")):
+            continue
+        inside = {f for f in folder.rglob("*.py") if "__pycache__" not in f.parts}
+        if inside and inside <= files and folder != CODE_ROOT / "orchestra":
+            out.append(folder.relative_to(CODE_ROOT).as_posix())
+    covered = [CODE_ROOT / o for o in out]
+    out += [f.relative_to(CODE_ROOT).as_posix() for f in todo if not any(d in f.parents for d in covered)]
+    return sorted(out)
+
+
+def code_paths(stage: Stage) -> tuple[str, ...]:
+    """A stage's code: the module of its function and every orchestra module it imports, directly or
+    not, inside functions too (grimp's import graph), but :data:`_NOT_CODE`; the data files those
+    modules read (:data:`_RESOURCES`); then the row's ``code``. Paths relative to :data:`CODE_ROOT`, a
+    package's folder for all its modules."""
+    module = stage.fn.partition(":")[0]
+    graph = _imports()
+    if module not in graph.modules:  # type: ignore[attr-defined]
+        return tuple(stage.code)
+    mods = {module} | graph.find_upstream_modules(module)  # type: ignore[attr-defined]
+    keep = {
+        m for m in mods if m != "orchestra" and not any(m == x or m.startswith(x + ".") for x in _NOT_CODE)
+    }
+    data = sorted(path for mod, path in _RESOURCES.items() if mod in keep)
+    return (*_collapsed({_module_file(m) for m in keep}), *data, *stage.code)

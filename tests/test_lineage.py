@@ -12,7 +12,7 @@ from orchestra import lineage
 from orchestra.config import load_params
 from orchestra.errors import StageError
 from orchestra.pipeline.run import run_stage, stale
-from orchestra.stages import STAGES
+from orchestra.stages import STAGES, code_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,9 +115,9 @@ def test_dvc_yaml_is_the_stage_table() -> None:
         dvc_deps = stages[name]["deps"]
         data = [d.removeprefix("data/") for d in dvc_deps if d.startswith("data/") and d != "data/incoming"]
         assert tuple(data) == stage.upstream, name
-        assert tuple(d for d in dvc_deps if not d.startswith("data/")) == stage.code, name
+        assert tuple(d for d in dvc_deps if not d.startswith("data/")) == code_paths(stage), name
         assert tuple(stages[name]["params"]) == stage.params, name
-        for path in stage.code:
+        for path in code_paths(stage):
             assert (ROOT / path).exists(), path
 
 

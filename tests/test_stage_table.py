@@ -14,7 +14,7 @@ from orchestra.data.store import read_seed_tasks, stage_dir
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
 from orchestra.pipeline.run import load_function, run_stage
 from orchestra.pipeline.scope import UndeclaredParams, scoped
-from orchestra.stages import STAGES, Stage
+from orchestra.stages import STAGES, Stage, code_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +28,28 @@ def test_every_row_names_functions_that_exist_and_reads_only_earlier_rows() -> N
             assert callable(load_function(check.fn)), check.fn
         assert stage.group in ("data", "training", "evaluation"), name
         seen.add(name)
+
+
+def test_a_stage_s_code_is_what_its_function_imports() -> None:
+    """Read from the import graph, not declared: decision samples render states (agent/state.py), the
+    judge (evaluation/scoring.py) is not anchor_facts' code, and a stage building the expert pool reads
+    the registry file."""
+    code = {name: set(code_paths(stage)) for name, stage in STAGES.items()}
+    assert "orchestra/agent/state.py" in code["decision_samples"]
+    assert "orchestra/evaluation/scoring.py" not in code["anchor_facts"] | code["expert_trajectories"]
+    assert "orchestra/evaluation/scoring.py" in code["benchmark_scores"]
+    assert (
+        "orchestra/answers.py" in code["anchor_facts"] and "orchestra/data/anchors.py" in code["anchor_facts"]
+    )
+    assert (
+        "orchestra/resources/registry" in code["anchor_facts"]
+        and "orchestra/resources/omnigaia" in code["seed_tasks"]
+    )
+    assert not any(
+        p.startswith(("orchestra/config", "orchestra/stages.py")) for c in code.values() for p in c
+    )
+    for paths in code.values():
+        assert all((ROOT / p).exists() for p in paths)
 
 
 def test_scoped_params_give_what_is_declared_and_refuse_the_rest() -> None:

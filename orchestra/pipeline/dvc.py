@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestra.config import Params
 from orchestra.errors import OrchestraError
 from orchestra.lineage import up_to_date
-from orchestra.stages import STAGES
+from orchestra.stages import STAGES, code_paths
 
 __all__ = ["DVC_ENV", "DvcError", "dvc_executable", "dvc_project", "record_in_dvc"]
 
@@ -83,7 +83,7 @@ def dvc_yaml(data_dir: str = "data") -> str:
     other inputs under the data folder), its params and its outputs."""
     lines = [_HEADER.rstrip("\n"), "stages:"]
     for name, stage in STAGES.items():
-        deps = [f"{data_dir}/{up}" for up in stage.upstream] + list(stage.code)
+        deps = [f"{data_dir}/{up}" for up in stage.upstream] + list(code_paths(stage))
         deps += [f"{data_dir}/{path}" for path in stage.inputs]
         lines += [f"  {name}:", f"    cmd: .venv/bin/orchestra stage {name}", "    deps:"]
         lines += [f"      - {d}" for d in deps]
