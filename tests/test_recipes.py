@@ -117,8 +117,8 @@ def test_dagrpo_clip_acts_with_several_iterations(
 
 def test_distinct_prompts_keep_one_of_each_rendering(built: tuple[Path, str]) -> None:
     from orchestra.config import AgentParams
+    from orchestra.training.dagrpo import distinct_prompts
     from orchestra.training.examples import PolicyView, load_samples
-    from orchestra.training.grpo import distinct_prompts
 
     view = PolicyView()
     samples = view.prepare(load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"]))

@@ -86,7 +86,7 @@ def test_gpu_path_configs_build(tmp_path: Path) -> None:
     CUDA is) builds from params, and the multi-GPU accelerate config is one accelerate reads."""
     from accelerate.commands.config.config_args import ClusterConfig
 
-    from orchestra.training.grpo import grpo_config
+    from orchestra.training.dagrpo import grpo_config
 
     server = {"use_vllm": True, "vllm_mode": "server", "vllm_server_url": "http://gpu-node:8000"}
     gp = parse_params({"train": {"dagrpo": server}}).train.dagrpo
@@ -583,7 +583,7 @@ def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_que
 
 def test_dagrpo_draws_first_decisions_as_often_as_asked() -> None:
     from orchestra.schemas import DecisionSample
-    from orchestra.training.grpo import pick_prompts
+    from orchestra.training.dagrpo import pick_prompts
 
     def sample(i: int, first: bool) -> DecisionSample:
         context = [] if first else [{"id": "E1", "goal": "g", "status": "ok"}]
@@ -602,7 +602,7 @@ def test_dagrpo_draws_first_decisions_as_often_as_asked() -> None:
 
 def test_dagrpo_screen_keeps_the_states_the_policy_gets_wrong_first() -> None:
     from orchestra.schemas import DecisionSample
-    from orchestra.training.grpo import screen_prompts
+    from orchestra.training.dagrpo import screen_prompts
 
     def sample(i: int) -> DecisionSample:
         return DecisionSample(

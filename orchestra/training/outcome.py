@@ -23,8 +23,8 @@ from orchestra.training.common import (
     train_and_publish,
     wall_budget,
 )
+from orchestra.training.dagrpo import grpo_config
 from orchestra.training.examples import PolicyView, load_samples, target_texts
-from orchestra.training.grpo import grpo_config
 from orchestra.training.policy import load_policy
 from orchestra.training.sft import samples_path
 

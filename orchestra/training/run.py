@@ -22,7 +22,7 @@ def train_recipe(recipe: str, params: Params, root: Path) -> TrainResult:
     if recipe == "sft":
         from orchestra.training.sft import train_sft as fn
     elif recipe == "dagrpo":
-        from orchestra.training.grpo import train_dagrpo as fn
+        from orchestra.training.dagrpo import train_dagrpo as fn
     elif recipe == "grpo":
         from orchestra.training.outcome import train_grpo as fn
     else:
