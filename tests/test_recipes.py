@@ -145,7 +145,7 @@ def test_outcome_rows_are_the_sampled_decisions_within_the_context(
     from orchestra.backends.pool import builtin_backends
     from orchestra.data.store import read_verified
     from orchestra.tools.registry import default_registry
-    from orchestra.training.outcome import decision_prompt, make_rollout
+    from orchestra.training.grpo import decision_prompt, make_rollout
     from orchestra.training.policy import load_policy
 
     root = _copy(sft_root, tmp_path)
@@ -334,7 +334,7 @@ def test_placement_on_a_gpu_follows_the_model(sft_root: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no GPU on this machine: the placement test runs where one exists")
     from orchestra.training.common import generate
-    from orchestra.training.outcome import SamplingChat
+    from orchestra.training.grpo import SamplingChat
     from orchestra.training.policy import load_policy
 
     model, tok, _ = load_policy(sft_root / "policy_sft" / "model")

@@ -24,7 +24,7 @@ def train_recipe(recipe: str, params: Params, root: Path) -> TrainResult:
     elif recipe == "dagrpo":
         from orchestra.training.dagrpo import train_dagrpo as fn
     elif recipe == "grpo":
-        from orchestra.training.outcome import train_grpo as fn
+        from orchestra.training.grpo import train_grpo as fn
     else:
         raise StageError(f"unknown recipe {recipe!r}; valid: {', '.join(RECIPES)}")
     from orchestra.training.dist import is_main, world_size
