@@ -86,7 +86,7 @@ def test_gpu_path_configs_build(tmp_path: Path) -> None:
     CUDA is) builds from params, and the multi-GPU accelerate config is one accelerate reads."""
     from accelerate.commands.config.config_args import ClusterConfig
 
-    from orchestra.training.dagrpo import grpo_config
+    from orchestra.training.grpo import grpo_config
 
     server = {"use_vllm": True, "vllm_mode": "server", "vllm_server_url": "http://gpu-node:8000"}
     gp = parse_params({"train": {"dagrpo": server}}).train.dagrpo

@@ -1,4 +1,4 @@
-"""Outcome GRPO (Maestro's recipe): full orchestrator rollouts with real tools, reward = answer + format."""
+"""Outcome GRPO (Maestro's recipe): full rollouts with real tools, reward = answer + format; GRPOConfig."""
 
 from __future__ import annotations
 
@@ -17,18 +17,54 @@ from orchestra.training.common import (
     RecipeRun,
     RunDirs,
     TrainResult,
+    base_args,
     file_digest,
     init_policy,
     prompt_order,
     train_and_publish,
     wall_budget,
 )
-from orchestra.training.dagrpo import grpo_config
 from orchestra.training.examples import PolicyView, load_samples, target_texts
 from orchestra.training.policy import load_policy
 from orchestra.training.sft import samples_path
 
-__all__ = ["SamplingChat", "answer_reward", "decision_prompt", "format_reward", "make_rollout", "train_grpo"]
+__all__ = [
+    "SamplingChat",
+    "answer_reward",
+    "decision_prompt",
+    "format_reward",
+    "grpo_config",
+    "make_rollout",
+    "train_grpo",
+]
+
+
+def grpo_config(
+    gp: GRPOParams, out: Path, seed: int, reward_weights: Sequence[float], save_steps: int
+) -> Any:
+    """TRL's GRPOConfig from params: group size, generation batch, clip, beta, loss type, learning rate.
+    One pass over a shuffled prompt list (never a second epoch), so a resumed run replays the same
+    prompts (TRL's sampler does not reseed per epoch)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        **base_args(
+            out, seed, gp.learning_rate, gp.per_device_batch_size, gp.max_steps, save_steps, logging=1
+        ),
+        num_generations=gp.num_generations,
+        steps_per_generation=gp.steps_per_generation,
+        num_iterations=gp.num_iterations,
+        beta=gp.beta,
+        epsilon=gp.epsilon,
+        loss_type=gp.loss_type,
+        max_completion_length=gp.max_completion_length,
+        temperature=gp.temperature,
+        reward_weights=list(reward_weights),
+        shuffle_dataset=False,
+        use_vllm=gp.use_vllm,
+        vllm_mode=gp.vllm_mode,
+        vllm_server_base_url=gp.vllm_server_url,
+    )
 
 
 @dataclass
