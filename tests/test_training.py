@@ -211,7 +211,8 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     assert {"rewards/format/mean", "rewards/decision/mean", "kl", "entropy", "loss"} <= set(
         runs["dagrpo"].data.metrics
     )
-    assert {"rewards/answer_reward/mean", "rewards/format_reward/mean"} <= set(runs["grpo"].data.metrics)
+    grpo_rewards = {"rewards/answer_reward/mean", "rewards/rollout_format_reward/mean"}
+    assert grpo_rewards <= set(runs["grpo"].data.metrics)
 
     # the published directory is what the LM policy loads, read as it was trained (its saved view wins)
     spec = ProviderSpec(kind="transformers", model=str(dag.model_dir), state_style="verbose")

@@ -32,9 +32,9 @@ __all__ = [
     "SamplingChat",
     "answer_reward",
     "decision_prompt",
-    "format_reward",
     "grpo_config",
     "make_rollout",
+    "rollout_format_reward",
     "train_grpo",
 ]
 
@@ -188,8 +188,9 @@ def answer_reward(completions: list[Any], correct: list[float], **_: Any) -> lis
     return [float(c) for c in correct]
 
 
-def format_reward(completions: list[Any], formatted: list[float], **_: Any) -> list[float]:
-    """The share of the rollout's decisions that parsed and were valid."""
+def rollout_format_reward(completions: list[Any], formatted: list[float], **_: Any) -> list[float]:
+    """TRL's reward function for the format term: the share of the rollout's decisions that parsed and
+    were valid (the runtime's check; one text's parse: :func:`orchestra.training.rewards.format_reward`)."""
     return [float(f) for f in formatted]
 
 
@@ -242,7 +243,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
         log_samples_input(path, digest, samples, "validation")  # it trains on verified tasks' rollouts
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[answer_reward, format_reward],
+            reward_funcs=[answer_reward, rollout_format_reward],
             args=grpo_config(gp, dirs.checkpoints, params.train.seed, [1.0, gp.format_weight], gp.save_steps),
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
