@@ -24,7 +24,7 @@ from orchestra.training.common import (
     train_and_publish,
     wall_budget,
 )
-from orchestra.training.examples import PolicyView, load_samples, target_texts
+from orchestra.training.examples import PolicyView, load_samples, prepare, target_texts
 from orchestra.training.policy import load_policy
 from orchestra.training.sft import samples_path
 
@@ -220,9 +220,9 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     ]
     start = init_policy(root, gp.init)
     model, tokenizer, view = load_policy(start)
-    samples = load_samples(path, view=view)
-    val = [s for s in samples if s.split == "val"]
-    seen = target_texts(view, (s for s in samples if s.split == "train"))
+    samples = prepare(load_samples(path), view, params.agent)
+    val = [p for p in samples if p.sample.split == "val"]
+    seen = target_texts(p for p in samples if p.sample.split == "train")
     dirs = RunDirs(root / "policy_grpo")
     fingerprint = {
         "recipe": "grpo",
@@ -240,7 +240,8 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
         recipe_run(params, root, "grpo", tags, resume_id=dirs.run_id()) as run_id,
     ):
         dirs.remember_run(run_id)
-        log_samples_input(path, digest, samples, "validation")  # it trains on verified tasks' rollouts
+        # it trains on verified tasks' rollouts: the decision samples are its validation input
+        log_samples_input(path, digest, [p.sample for p in samples], "validation")
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[answer_reward, rollout_format_reward],
