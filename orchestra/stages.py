@@ -170,7 +170,7 @@ _ROWS: tuple[Stage, ...] = (
         params=("decisions", "agent"),
         code=("orchestra/data/decisions.py", "orchestra/data/trajectories.py"),
         rows="decision samples",
-        description="Decision-level samples: the state before each expert decision, its compact rendering "
+        description="Decision-level samples: the state before each expert decision, structured, "
         "and the decision; on train also off-path states and re-renderings labelled by the stateless "
         "expert.",
         checks=(

@@ -461,7 +461,7 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     assert view.target(one, web).endswith("read the field #F1")
     assert validation_context(web).spans == {"F1": "born", "N1": "Zegas"}
     (sample,) = prepare(
-        [DecisionSample(sample_id="s", task_id="t", split="val", step_index=0, prompt=[],
+        [DecisionSample(sample_id="s", task_id="t", split="val", step_index=0,
                         state=state.model_dump(mode="json"), decision=expert, completion="")],
         PolicyView(ids="expert"),
         Params().agent,
@@ -536,7 +536,7 @@ def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_que
 
     def sample(state: OrchestraState, decision: Delegate | Finish) -> DecisionSample:
         return DecisionSample(
-            sample_id="s", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            sample_id="s", task_id="t", split="train", step_index=0, completion="",
             state=state.model_dump(mode="json"), decision=decision,
         )  # fmt: skip
 
@@ -600,7 +600,7 @@ def test_dagrpo_draws_first_decisions_as_often_as_asked() -> None:
     def sample(i: int, first: bool) -> DecisionSample:
         context = [] if first else [{"id": "E1", "goal": "g", "status": "ok"}]
         return DecisionSample(
-            sample_id=f"s{i}", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            sample_id=f"s{i}", task_id="t", split="train", step_index=0, completion="",
             state={"question": "q", "context": context}, decision=Finish(answer="1"),
         )  # fmt: skip
 
@@ -620,7 +620,7 @@ def test_dagrpo_screen_keeps_the_states_the_policy_gets_wrong_first() -> None:
 
     def sample(i: int) -> DecisionSample:
         return DecisionSample(
-            sample_id=f"s{i}", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            sample_id=f"s{i}", task_id="t", split="train", step_index=0, completion="",
             state={"question": "q"}, decision=Finish(answer="1"),
         )  # fmt: skip
 
