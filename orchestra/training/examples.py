@@ -70,12 +70,12 @@ class PolicyView:
 class Prepared:
     """A decision sample as a view trains and is scored on it, made once by :func:`prepare`: ``sample``
     the record in the view's ids (its state dict dropped: ``state`` holds it, validated and renumbered
-    alike), ``target`` the text the view writes for its decision, ``prompt`` the view's rendering of
-    the state (made on first use: outcome GRPO never renders its train states)."""
+    alike); ``prompt``, the view's rendering of the state, and ``target``, the text the view writes
+    for the decision, are made on first use and kept (a recipe reads only some: outcome GRPO renders
+    no train state, DA-GRPO on the policy's own states needs no target of the expert's)."""
 
     sample: DecisionSample
     state: OrchestraState
-    target: str
     view: PolicyView
     agent: AgentParams
 
@@ -87,6 +87,10 @@ class Prepared:
     def prompt(self) -> list[dict[str, str]]:
         return self.view.messages(self.state, self.agent)
 
+    @cached_property
+    def target(self) -> str:
+        return self.view.target(self.decision, self.state)
+
 
 def prepare(samples: Iterable[DecisionSample], view: PolicyView, agent: AgentParams) -> list[Prepared]:
     """``samples`` as ``view`` trains on and is scored on them, each state validated once (and with
@@ -96,8 +100,7 @@ def prepare(samples: Iterable[DecisionSample], view: PolicyView, agent: AgentPar
         state, decision = OrchestraState.model_validate(s.state), s.decision
         if view.ids == "tree":
             state, decision = tree_ids(state, decision)
-        record = s.model_copy(update={"state": None, "decision": decision})
-        out.append(Prepared(record, state, view.target(decision, state), view, agent))
+        out.append(Prepared(s.model_copy(update={"state": None, "decision": decision}), state, view, agent))
     return out
 
 
