@@ -290,6 +290,8 @@ def test_dagrpo_killed_with_sigkill_resumes_to_the_same_end(
 ) -> None:
     from safetensors.torch import load_file
 
+    from orchestra.data.store import read_run_record
+
     dag = {"max_steps": 6, "save_steps": 2}
     ends = []
     for name, kill in (("whole", False), ("killed", True)):
@@ -317,6 +319,7 @@ def test_dagrpo_killed_with_sigkill_resumes_to_the_same_end(
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-2000:]
         summary = json.loads((root / "policy_dagrpo" / "summary.json").read_text())
+        summary["resumed"] = read_run_record(root, "policy_dagrpo")["resumed"]  # the run's, not the data's
         ends.append((summary, load_file(str(root / "policy_dagrpo" / "model" / "model.safetensors"))))
     (whole, a), (resumed, b) = ends
     assert (
