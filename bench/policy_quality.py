@@ -23,25 +23,24 @@ from pathlib import Path
 from orchestra.answers import answers_equal
 from orchestra.config import data_root, load_params
 from orchestra.training.common import evaluate_policy, file_digest, mean_rubric
-from orchestra.training.examples import PolicyView, load_samples, target_texts
+from orchestra.training.examples import PolicyView, load_samples, prepare, target_texts
 from orchestra.training.rewards import rubric
 
 RECIPES = ("sft", "grpo", "dagrpo")
 
 
 def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    from orchestra.agent.state import OrchestraState
     from orchestra.training.policy import build_policy, load_policy
 
     view = PolicyView()
-    samples = load_samples(root / "decision_samples" / "samples.jsonl", view=view)
-    train = [s for s in samples if s.split == "train"]
-    val = [s for s in samples if s.split == "val"][:limit]
-    seen = target_texts(view, train)
+    samples = prepare(load_samples(root / "decision_samples" / "samples.jsonl"), view, params.agent)
+    train = [p for p in samples if p.sample.split == "train"]
+    val = [p for p in samples if p.sample.split == "val"][:limit]
+    seen = target_texts(train)
     texts = []
-    for s in train:
-        texts += [m["content"] for m in view.messages(OrchestraState.model_validate(s.state), params.agent)]
-        texts.append(view.target(s.decision, OrchestraState.model_validate(s.state)))
+    for p in train:
+        texts += [m["content"] for m in p.prompt]
+        texts.append(p.target)
     models = {"untrained": build_policy(params.train.policy, texts, params.train.seed)}
     for recipe in RECIPES:
         path = root / f"policy_{recipe}" / "model"
@@ -50,7 +49,7 @@ def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  
             models[recipe] = (model, tok)
     out: dict[str, object] = {}
     for name, (model, tok) in models.items():
-        score, rows = evaluate_policy(model, tok, val, view, params.agent, seen)
+        score, rows = evaluate_policy(model, tok, val, params.agent, seen)
         reward = mean_rubric([r["output"] for r in rows], val, rubric, params, view.fmt)
         out[name] = {**score.as_metrics(), "rubric_reward": reward["rubric_reward"]}
         print(

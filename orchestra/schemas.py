@@ -339,7 +339,8 @@ class Trajectory(_Record):
 
 
 class DecisionSample(_Record):
-    """A state just before an expert decision, its rendering, and that decision."""
+    """A state just before an expert decision, and that decision. No rendering is stored: each reader
+    renders the state for itself (a trained policy in its own view, training/examples.py)."""
 
     sample_id: str
     task_id: str
@@ -347,12 +348,11 @@ class DecisionSample(_Record):
     split: Literal["train", "val", "test"]
     step_index: int = Field(ge=0)
     kind: str = Field("expert", description="expert (on its path) or the off-path / re-rendering kind")
-    prompt: list[dict[str, str]] = Field(description="the compact rendering a small policy reads")
     state: dict[str, Any] | None = Field(
-        None, description="the structured state, to re-render for another reader"
+        None, description="the structured state (OrchestraState), which every reader renders for itself"
     )
     decision: Decision
-    completion: str = Field(description="the expert decision as the policy should write it")
+    completion: str = Field(description="the expert decision as JSON, in the expert's ids")
 
 
 # --- evaluation -------------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ _ROWS: tuple[Stage, ...] = (
         upstream=(VERIFIED_SAMPLES, EXPERT_TRAJECTORIES),
         params=("decisions", "agent"),
         rows="decision samples",
-        description="Decision-level samples: the state before each expert decision, its compact rendering "
+        description="Decision-level samples: the state before each expert decision, structured, "
         "and the decision; on train also off-path states and re-renderings labelled by the stateless "
         "expert.",
         checks=(

@@ -84,7 +84,6 @@ RECORDS = [
         task_id="w7-0001",
         split="train",
         step_index=0,
-        prompt=MESSAGES,
         decision=Finish(answer="12"),
         completion='{"kind":"finish","answer":"12"}',
     ),

@@ -86,7 +86,7 @@ def test_gpu_path_configs_build(tmp_path: Path) -> None:
     CUDA is) builds from params, and the multi-GPU accelerate config is one accelerate reads."""
     from accelerate.commands.config.config_args import ClusterConfig
 
-    from orchestra.training.dagrpo import grpo_config
+    from orchestra.training.grpo import grpo_config
 
     server = {"use_vllm": True, "vllm_mode": "server", "vllm_server_url": "http://gpu-node:8000"}
     gp = parse_params({"train": {"dagrpo": server}}).train.dagrpo
@@ -211,7 +211,8 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     assert {"rewards/format/mean", "rewards/decision/mean", "kl", "entropy", "loss"} <= set(
         runs["dagrpo"].data.metrics
     )
-    assert {"rewards/answer_reward/mean", "rewards/format_reward/mean"} <= set(runs["grpo"].data.metrics)
+    grpo_rewards = {"rewards/answer_reward/mean", "rewards/rollout_format_reward/mean"}
+    assert grpo_rewards <= set(runs["grpo"].data.metrics)
 
     # the published directory is what the LM policy loads, read as it was trained (its saved view wins)
     spec = ProviderSpec(kind="transformers", model=str(dag.model_dir), state_style="verbose")
@@ -287,21 +288,23 @@ def test_sft_rows_repeat_first_decisions_and_replans_and_the_bare_view_names_no_
     built: tuple[Path, str],
 ) -> None:
     from orchestra.config import AgentParams
-    from orchestra.training.examples import PolicyView, load_samples
+    from orchestra.training.examples import PolicyView, load_samples, prepare
     from orchestra.training.sft import sft_examples
 
-    samples = load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"])
-    view = PolicyView()
-    once, thrice = sft_examples(samples, view, AgentParams()), sft_examples(samples, view, AgentParams(), 3)
+    raw = load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"])
+    samples = prepare(raw, PolicyView(), AgentParams())
+    once, thrice = sft_examples(samples), sft_examples(samples, 3)
     first = [r for r in once if not re.search(r"^E\d+ ", r["prompt"][1]["content"], re.M)]  # no evidence yet
     assert first and len(thrice) == len(once) + 2 * len(first)
     # a re-plan: the expert delegates again once evidence is in (off-path delegations are not repeated)
     replans = [
-        s for s in samples if s.kind == "expert" and isinstance(s.decision, Delegate) and s.state["context"]
+        p
+        for p in samples
+        if p.sample.kind == "expert" and isinstance(p.decision, Delegate) and p.state.context
     ]
-    n_replans = len(sft_examples(replans, view, AgentParams()))
+    n_replans = len(sft_examples(replans))
     assert n_replans, "the fixture world has no re-plan to repeat"
-    assert len(sft_examples(samples, view, AgentParams(), 1, 4)) == len(once) + 3 * n_replans
+    assert len(sft_examples(samples, 1, 4)) == len(once) + 3 * n_replans
     assert all(r["prompt"][0] == {"role": "system", "content": "lines"} for r in once)
 
 
@@ -309,13 +312,14 @@ def test_sft_tokenizes_a_repeated_row_once_and_trains_on_every_repeat(built: tup
     from datasets import Dataset
 
     from orchestra.config import AgentParams
-    from orchestra.training.examples import PolicyView, load_samples
+    from orchestra.training.examples import PolicyView, load_samples, prepare
     from orchestra.training.sft import _distinct, _repeat, sft_examples
 
-    samples = load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"])
-    rows = sft_examples(samples, PolicyView(), AgentParams(), 3, 2)
+    raw = load_samples(built[0] / "decision_samples" / "samples.jsonl", ["train"])
+    samples = prepare(raw, PolicyView(), AgentParams())
+    rows = sft_examples(samples, 3, 2)
     distinct, order = _distinct(rows)
-    assert len(distinct) == len(sft_examples(samples, PolicyView(), AgentParams())) < len(rows)
+    assert len(distinct) == len(sft_examples(samples)) < len(rows)
     # TRL's preparation adds columns and may drop a row: the repeats follow the row number, not the position
     tokenized = Dataset.from_list(distinct).map(lambda r: {"n": len(r["completion"][0]["content"])})
     tokenized = tokenized.select(range(1, len(distinct)))
@@ -394,7 +398,7 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     from orchestra.backends.base import BackendCard
     from orchestra.schemas import DecisionSample
     from orchestra.tools.image import ImageCountObjects
-    from orchestra.training.examples import PolicyView, score_decisions, span_refs
+    from orchestra.training.examples import PolicyView, prepare, score_decisions, span_refs
 
     card = ToolCard.from_tool(ImageCountObjects())
     assert {"red", "yellow"} <= set(card.values["colour"]) and "circle" in card.values["shape"]
@@ -456,17 +460,20 @@ def test_the_marked_view_names_question_spans_and_scores_references_as_the_spans
     assert "the birth year #F1 of Zegas #N1?" in view.messages(web, Params().agent)[1]["content"]
     assert view.target(one, web).endswith("read the field #F1")
     assert validation_context(web).spans == {"F1": "born", "N1": "Zegas"}
-    sample = DecisionSample(
-        sample_id="s", task_id="t", split="val", step_index=0, prompt=[], state=state.model_dump(mode="json"),
-        decision=expert, completion="",
+    (sample,) = prepare(
+        [DecisionSample(sample_id="s", task_id="t", split="val", step_index=0,
+                        state=state.model_dump(mode="json"), decision=expert, completion="")],
+        PolicyView(ids="expert"),
+        Params().agent,
     )  # fmt: skip
+    assert sample.target == target and sample.prompt == view.messages(state, Params().agent)
     wrong_span = target.replace("label #N1", "label #C1")
     beyond = target.replace("#N1", "#N9")
     outputs = [target, render_decision(expert, "lines"), wrong_span, beyond]
     score, rows = score_decisions(outputs, [sample] * 4)
     assert [r["exact"] for r in rows] == [True, True, False, False]
     assert [r["valid"] for r in rows] == [True, True, True, False] and "#N9" in rows[3]["error"]
-    assert rows[0]["unseen"] and not score_decisions([target], [sample], view, {target})[1][0]["unseen"]
+    assert rows[0]["unseen"] and not score_decisions([target], [sample], {target})[1][0]["unseen"]
 
     # a result less sure than the runtime's escalation threshold is marked (?1, the first mark); the
     # bare view shows no mark
@@ -502,7 +509,7 @@ def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_que
     from orchestra.agent.state import OrchestraState, ToolCard, validation_context
     from orchestra.backends.base import BackendCard
     from orchestra.schemas import DecisionSample
-    from orchestra.training.examples import PolicyView
+    from orchestra.training.examples import PolicyView, prepare
     from orchestra.training.tree_ids import tree_ids, tree_mapping
 
     def st(sid: str, goal: str, deps: tuple[str, ...] = (), tool: str = "code_executor") -> SubTask:
@@ -529,20 +536,21 @@ def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_que
 
     def sample(state: OrchestraState, decision: Delegate | Finish) -> DecisionSample:
         return DecisionSample(
-            sample_id="s", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            sample_id="s", task_id="t", split="train", step_index=0, completion="",
             state=state.model_dump(mode="json"), decision=decision,
         )  # fmt: skip
 
-    first = tree_ids(sample(state, plan))
-    assert [(s.id, s.depends_on, s.goal) for s in first.decision.subtasks] == [
+    _, first = tree_ids(state, plan)
+    assert isinstance(first, Delegate)
+    assert [(s.id, s.depends_on, s.goal) for s in first.subtasks] == [
         ("E1", ["E11", "E12"], "compute abs(#E11 - #E12)"),
         ("E11", ["E111", "E112"], "compute #E111 + #E112"),
         ("E111", [], "read the caption number in #M1"),
         ("E112", [], "decode the dtmf digits in #M2"),
         ("E12", [], "count the objects that appear in #M1"),
     ]
-    assert canonical(first.decision) == canonical(plan)  # the same plan, other names
-    text = PolicyView().target(first.decision, state)
+    assert canonical(first) == canonical(plan)  # the same plan, other names
+    text = PolicyView().target(first, state)
     assert not isinstance(parse_decision(text, fmt="lines", context=validation_context(state)), ParseError)
 
     # later: E4 was unsure, the expert re-runs it (E6) and the gap (E7); then finishes with E7
@@ -558,11 +566,11 @@ def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_que
             st("E7", "compute abs(#E3 - #E6)", ("E3", "E6")),
         ]
     )
-    again = tree_ids(sample(later, redo))
-    again_state = OrchestraState.model_validate(again.state)
+    again_state, again = tree_ids(later, redo)
     assert [e.id for e in again_state.context] == ["E111", "E112", "E11", "E12", "E1"]
     assert again_state.context[2].error == "E112 did not finish"
-    assert [(s.id, s.depends_on, s.goal) for s in again.decision.subtasks] == [
+    assert isinstance(again, Delegate)
+    assert [(s.id, s.depends_on, s.goal) for s in again.subtasks] == [
         ("E2", ["E11", "E22"], "compute abs(#E11 - #E22)"),  # a second root; its new operand E2 + 2nd place
         ("E22", [], "count the objects"),
     ]
@@ -570,52 +578,58 @@ def test_tree_ids_name_nodes_by_their_place_in_the_plan_and_list_them_as_the_que
         Evidence(id=s.id, goal=s.goal, status="ok", value=2, depends_on=s.depends_on) for s in redo.subtasks
     ]
     done = later.model_copy(update={"context": [*ran, *redone]})
-    assert tree_ids(sample(done, Finish(answer="#E7"))).decision == Finish(answer="#E2")
+    assert tree_ids(done, Finish(answer="#E7"))[1] == Finish(answer="#E2")
 
-    # a shared node keeps its first name; ids that would collide leave the sample as it is
+    # a shared node keeps its first name; ids that would collide leave the state and decision as they are
     assert tree_mapping({"E1": [], "E2": ["E1"], "E3": ["E1"], "E4": ["E2", "E3"]}) == {
         "E4": "E1", "E2": "E11", "E1": "E111", "E3": "E12",
     }  # fmt: skip
     wide = Delegate(subtasks=[st(f"E{i}", "compute 1") for i in range(1, 11)])
-    assert tree_ids(sample(state, wide)) == sample(state, wide)
-    assert PolicyView(ids="expert").prepare([sample(state, plan)])[0].decision == plan
+    assert tree_ids(state, wide) == (state, wide)
+    # prepared for a view: renumbered for tree ids (the default), as the expert wrote it for expert ids
+    agent = Params().agent
+    assert prepare([sample(state, plan)], PolicyView(), agent)[0].decision == first
+    assert prepare([sample(state, plan)], PolicyView(ids="expert"), agent)[0].decision == plan
 
 
 def test_dagrpo_draws_first_decisions_as_often_as_asked() -> None:
     from orchestra.schemas import DecisionSample
     from orchestra.training.dagrpo import pick_prompts
+    from orchestra.training.examples import PolicyView, prepare
 
     def sample(i: int, first: bool) -> DecisionSample:
         context = [] if first else [{"id": "E1", "goal": "g", "status": "ok"}]
         return DecisionSample(
-            sample_id=f"s{i}", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            sample_id=f"s{i}", task_id="t", split="train", step_index=0, completion="",
             state={"question": "q", "context": context}, decision=Finish(answer="1"),
         )  # fmt: skip
 
-    train = [sample(i, first=i % 10 == 0) for i in range(100)]  # 10 plans among 100 states
+    train = prepare([sample(i, first=i % 10 == 0) for i in range(100)], PolicyView(), Params().agent)
+    assert len(train) == 100  # 10 plans among 100 states
     plain = pick_prompts(train, 1000, 1, seed=3)
     weighted = pick_prompts(train, 1000, 12, seed=3)
     assert pick_prompts(train, 1000, 12, seed=3) == weighted  # a resumed run sees the same prompts
-    share = [sum(not s.state["context"] for s in picked) / len(picked) for picked in (plain, weighted)]
+    share = [sum(not p.state.context for p in picked) / len(picked) for picked in (plain, weighted)]
     assert share[0] == pytest.approx(0.10, abs=0.01) and share[1] == pytest.approx(120 / 210, abs=0.02)
 
 
 def test_dagrpo_screen_keeps_the_states_the_policy_gets_wrong_first() -> None:
     from orchestra.schemas import DecisionSample
     from orchestra.training.dagrpo import screen_prompts
+    from orchestra.training.examples import PolicyView, prepare
 
     def sample(i: int) -> DecisionSample:
         return DecisionSample(
-            sample_id=f"s{i}", task_id="t", split="train", step_index=0, prompt=[], completion="",
+            sample_id=f"s{i}", task_id="t", split="train", step_index=0, completion="",
             state={"question": "q"}, decision=Finish(answer="1"),
         )  # fmt: skip
 
-    cands = [sample(i) for i in range(8)]
+    cands = prepare([sample(i) for i in range(8)], PolicyView(), Params().agent)
     totals = [1.0, 0.4, 1.0, 0.999, 1.0, 0.0, 1.0, 1.0]
     picked, hard = screen_prompts(cands, totals, 4)
-    assert hard == 3 and [s.sample_id for s in picked] == ["s1", "s3", "s5", "s0"]  # then the rest, in order
+    assert hard == 3 and [p.sample.sample_id for p in picked] == ["s1", "s3", "s5", "s0"]  # then the rest
     picked, hard = screen_prompts(cands, totals, 2)
-    assert [s.sample_id for s in picked] == ["s1", "s3"]
+    assert [p.sample.sample_id for p in picked] == ["s1", "s3"]
     assert screen_prompts(cands, [1.0] * 8, 3)[0] == cands[:3]  # nothing to learn from: the draw as it was
     with pytest.raises(ValueError):
         screen_prompts(cands, totals[:3], 2)

@@ -93,6 +93,192 @@ def _invalid(step: TrajectoryStep, history: list[HistoryItem], turn: int, note: 
     history.append(HistoryItem(turn=turn, status="invalid", note=note[:300]))
 
 
+class _TaskRun:
+    """One run of a task by a system: the parts fixed for the run (sub-agent runner, limits, the pools
+    the state shows) and what it gathers turn by turn (evidence, history, steps, accounting)."""
+
+    def __init__(self, task: Task, system: System, policy: Policy, env: Environment) -> None:
+        agent = env.agent
+        self.task, self.system, self.policy, self.env, self.agent = task, system, policy, env, agent
+        self.limits = Limits.from_params(agent, linear=system in ("linear", "react"))
+        force = react_agent(agent) if system == "react" else None
+        self.runner = SubAgent(
+            env.backends,
+            env.tools,
+            agent,
+            task.question,
+            task.omni_modal_input,
+            env.media_root,
+            seed=env.seed,
+            force_backend=force,
+        )
+        self.ledger = Ledger(agent.tool_prices, agent.policy_price)
+        self.store = EvidenceStore()
+        self.history: list[HistoryItem] = []
+        self.steps: list[TrajectoryStep] = []
+        self.cards = [force.card()] if force is not None else env.backends.cards()
+        self.tool_cards = _tool_cards(env)
+        self.critical = self.policy_s = self.render_s = self.score = 0.0
+        self.answer: str | None = None
+        self.error: str | None = None
+        self.stopped_by = "finish"
+        self.t0 = time.perf_counter()
+
+    async def turn(self, turn: int) -> bool:
+        """One decision and what it asks for; True when the run ends there (a finish, or an unusable
+        decision where the evidence already suffices)."""
+        state = self._state(turn)
+        step, reply = await self._decide(state, turn)
+        action = reply.action
+        problem = None if action is None else validate_decision(action, validation_context(state))
+        if action is None or problem is not None:
+            _invalid(
+                step, self.history, turn, str(problem) if problem else reply.error or "no usable decision"
+            )
+            return self.sufficient()  # the evidence suffices: the loop ends without the policy
+        step.decision = action  # a Maestro search is stored as itself, run as a one-node delegate
+        if isinstance(action, Finish):
+            return self._finish(action, step, turn)
+        await self._delegate(action, step, turn)
+        return False
+
+    def _state(self, turn: int) -> OrchestraState:
+        """s_t: what the policy sees before its decision of ``turn``."""
+        task, agent = self.task, self.agent
+        return OrchestraState(
+            question=task.question,
+            modal_inputs=list(task.omni_modal_input),
+            context=self.store.items(),
+            history=list(self.history),
+            backends=self.cards,
+            tools=self.tool_cards,
+            turn=turn,
+            max_turns=self.env.max_turns,
+            sufficiency=self.score if len(self.store) else None,
+            threshold=agent.sufficiency_threshold,
+            unsure_below=agent.escalation_confidence,
+        )
+
+    async def _decide(self, state: OrchestraState, turn: int) -> tuple[TrajectoryStep, PolicyReply]:
+        """The policy's reply to ``state`` as it renders it, timed and accounted, and the turn's step
+        that records it."""
+        policy = self.policy
+        tr = time.perf_counter()
+        messages = policy.render(state, self.agent)
+        tp = time.perf_counter()
+        self.render_s += tp - tr
+        reply: PolicyReply = (
+            await asyncio.to_thread(policy.respond, state, messages)
+            if policy.blocking
+            else policy.respond(state, messages)
+        )
+        took = time.perf_counter() - tp
+        self.policy_s += took
+        self.ledger.record_policy(policy.name, reply.input_tokens, reply.output_tokens, took)
+        step = TrajectoryStep(
+            index=turn,
+            state_messages=messages,
+            state=state.model_dump(mode="json"),
+            raw_output=reply.raw_output,
+            latency_s=took,
+        )
+        self.steps.append(step)
+        return step, reply
+
+    def _finish(self, action: Finish, step: TrajectoryStep, turn: int) -> bool:
+        """The run's answer is ``action``'s, its references substituted; False (the run goes on) when
+        one names no evidence."""
+        try:
+            self.answer = substitute(action.answer, self.store.values())
+        except ReferenceError_ as e:
+            _invalid(step, self.history, turn, f"answer: {e}")
+            return False
+        return True
+
+    async def _delegate(self, action: Delegate | MaestroSearch, step: TrajectoryStep, turn: int) -> None:
+        """Run the batch ``action`` delegates (a Maestro search: a one-node delegate) as a DAG under the
+        limits, and record its evidence."""
+        if isinstance(action, MaestroSearch):
+            mods = [r.key for r in find_refs(action.query) if r.kind == "M"]
+            action = search_to_delegate(action, self.store.next_id(), mods)
+        assert isinstance(action, Delegate)
+        try:
+            graph = TaskGraph(action.subtasks, external=self.store.ids())
+        except GraphError as e:  # pragma: no cover - validate_decision checked the graph
+            _invalid(step, self.history, turn, str(e))
+            return
+        offset = time.perf_counter() - self.t0
+        evidence = await run_graph(
+            graph,
+            self.runner,
+            self.limits,
+            prior={e.id: e for e in self.store},
+            modal_values=self.runner.modal_values(),
+            est_cost=lambda st: _est_cost(self.env.backends, st.backend),
+            turn=turn,
+        )
+        self._record(_shift(evidence, offset), graph, step, offset)
+
+    def _record(
+        self, evidence: list[Evidence], graph: TaskGraph, step: TrajectoryStep, offset: float
+    ) -> None:
+        """A batch's ``evidence`` (times since the run began; the batch started at ``offset``) joins
+        the store, the history and the accounting, and ``step`` (its results, its latency)."""
+        self.store.extend(evidence)
+        self.score = sufficiency(self.task.question, self.store.items())
+        self.ledger.record_evidence(evidence)
+        self.history.extend(history_from_evidence(evidence))
+        self.critical += graph.critical_path({e.id: e.latency_s for e in evidence})[0]
+        step.results = [e.model_dump(mode="json") for e in evidence]
+        step.latency_s = step.latency_s + max((e.end_s or offset for e in evidence), default=offset) - offset
+
+    def sufficient(self) -> bool:
+        """Whether the evidence suffices and holds an answer (:func:`sufficient_answer`): then it is
+        the run's answer and the run stops by sufficiency."""
+        if self.score >= self.agent.sufficiency_threshold:
+            answer = sufficient_answer(self.store)
+            if answer is not None:
+                self.answer, self.stopped_by = answer, "sufficiency"
+                return True
+        return False
+
+    def trajectory(self) -> Trajectory:
+        """The run as recorded: its steps, answer, totals and accounting."""
+        latency = time.perf_counter() - self.t0
+        total = self.ledger.total()
+        return Trajectory(
+            task_id=str(self.task.id),
+            system=self.system,
+            policy=self.policy.name,
+            steps=self.steps,
+            answer=self.answer,
+            tokens=total.tokens,
+            cost=total.cost,
+            latency_s=latency,
+            error=self.error,
+            accounting={
+                **self.ledger.summary(),
+                "policy_s": self.policy_s,
+                "render_s": self.render_s,
+                "critical_path_s": self.critical,
+                "sufficiency": self.score,
+                "stopped_by": self.stopped_by,
+                "subtasks": len(self.store),
+            },
+        )
+
+
+def _check_pairing(system: System, policy: Policy) -> None:
+    """``system`` is one of SYSTEMS and reads the decisions ``policy`` writes."""
+    if system not in SYSTEMS:
+        raise OrchestraError(f"unknown system {system!r}; valid: {', '.join(SYSTEMS)}")
+    if (policy.fmt == "maestro") != (system_format(system) == "maestro"):  # json and lines: one action set
+        raise OrchestraError(
+            f"system {system!r} reads {system_format(system)} decisions; "
+            f"policy {policy.name!r} writes {policy.fmt}"
+        )
+
+
 async def run_task(task: Task, system: System, policy: Policy, env: Environment) -> Trajectory:
     """Run ``task`` with ``system`` driven by ``policy``; the trajectory records every decision with
     the exact rendered state before it, each sub-task's evidence with start/end seconds since the run
@@ -105,145 +291,15 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
     With the ReAct baseline the policy's sub-tasks are actions of the single agent; for a ReAct
     baseline driven by a language model that calls the tools itself, use :func:`run_react_lm`.
     """
-    if system not in SYSTEMS:
-        raise OrchestraError(f"unknown system {system!r}; valid: {', '.join(SYSTEMS)}")
-    if (policy.fmt == "maestro") != (system_format(system) == "maestro"):  # json and lines: one action set
-        raise OrchestraError(
-            f"system {system!r} reads {system_format(system)} decisions; "
-            f"policy {policy.name!r} writes {policy.fmt}"
-        )
-    agent = env.agent
-    limits = Limits.from_params(agent, linear=system in ("linear", "react"))
-    force = react_agent(agent) if system == "react" else None
-    runner = SubAgent(
-        env.backends,
-        env.tools,
-        agent,
-        task.question,
-        task.omni_modal_input,
-        env.media_root,
-        seed=env.seed,
-        force_backend=force,
-    )
-    ledger = Ledger(agent.tool_prices, agent.policy_price)
-    store = EvidenceStore()
-    history: list[HistoryItem] = []
-    steps: list[TrajectoryStep] = []
-    cards = [force.card()] if force is not None else env.backends.cards()
-    tool_cards = _tool_cards(env)
-    critical = 0.0
-    policy_s = 0.0
-    answer: str | None = None
-    error: str | None = None
-    render_s = 0.0
-    stopped_by = "finish"
-    score = 0.0
-    t0 = time.perf_counter()
+    _check_pairing(system, policy)
+    run = _TaskRun(task, system, policy, env)
     for turn in range(env.max_turns):
-        state = OrchestraState(
-            question=task.question,
-            modal_inputs=list(task.omni_modal_input),
-            context=store.items(),
-            history=list(history),
-            backends=cards,
-            tools=tool_cards,
-            turn=turn,
-            max_turns=env.max_turns,
-            sufficiency=score if len(store) else None,
-            threshold=agent.sufficiency_threshold,
-            unsure_below=agent.escalation_confidence,
-        )
-        tr = time.perf_counter()
-        messages = policy.render(state, agent)
-        tp = time.perf_counter()
-        render_s += tp - tr
-        reply: PolicyReply = (
-            await asyncio.to_thread(policy.respond, state, messages)
-            if policy.blocking
-            else policy.respond(state, messages)
-        )
-        took = time.perf_counter() - tp
-        policy_s += took
-        ledger.record_policy(policy.name, reply.input_tokens, reply.output_tokens, took)
-        step = TrajectoryStep(
-            index=turn,
-            state_messages=messages,
-            state=state.model_dump(mode="json"),
-            raw_output=reply.raw_output,
-            latency_s=took,
-        )
-        steps.append(step)
-        action = reply.action
-        problem = None if action is None else validate_decision(action, validation_context(state))
-        if action is None or problem is not None:
-            _invalid(step, history, turn, str(problem) if problem else reply.error or "no usable decision")
-            if score >= agent.sufficiency_threshold and (answer := sufficient_answer(store)) is not None:
-                stopped_by = "sufficiency"  # the evidence suffices: the loop ends without the policy
-                break
-            continue
-        if isinstance(action, Finish):
-            step.decision = action
-            try:
-                answer = substitute(action.answer, store.values())
-            except ReferenceError_ as e:
-                _invalid(step, history, turn, f"answer: {e}")
-                continue
+        if await run.turn(turn):
             break
-        step.decision = action  # a Maestro search is stored as itself, run as a one-node delegate
-        if isinstance(action, MaestroSearch):
-            mods = [r.key for r in find_refs(action.query) if r.kind == "M"]
-            action = search_to_delegate(action, store.next_id(), mods)
-        assert isinstance(action, Delegate)
-        try:
-            graph = TaskGraph(action.subtasks, external=store.ids())
-        except GraphError as e:  # pragma: no cover - validate_decision checked the graph
-            _invalid(step, history, turn, str(e))
-            continue
-        offset = time.perf_counter() - t0
-        evidence = await run_graph(
-            graph,
-            runner,
-            limits,
-            prior={e.id: e for e in store},
-            modal_values=runner.modal_values(),
-            est_cost=lambda st: _est_cost(env.backends, st.backend),
-            turn=turn,
-        )
-        evidence = _shift(evidence, offset)
-        store.extend(evidence)
-        score = sufficiency(task.question, store.items())
-        ledger.record_evidence(evidence)
-        history.extend(history_from_evidence(evidence))
-        critical += graph.critical_path({e.id: e.latency_s for e in evidence})[0]
-        step.results = [e.model_dump(mode="json") for e in evidence]
-        step.latency_s = took + max((e.end_s or offset for e in evidence), default=offset) - offset
     else:
-        if score >= agent.sufficiency_threshold and (answer := sufficient_answer(store)) is not None:
-            stopped_by = "sufficiency"
-        else:
-            stopped_by, error = "max_turns", f"no finish within {env.max_turns} turns"
-    latency = time.perf_counter() - t0
-    total = ledger.total()
-    return Trajectory(
-        task_id=str(task.id),
-        system=system,
-        policy=policy.name,
-        steps=steps,
-        answer=answer,
-        tokens=total.tokens,
-        cost=total.cost,
-        latency_s=latency,
-        error=error,
-        accounting={
-            **ledger.summary(),
-            "policy_s": policy_s,
-            "render_s": render_s,
-            "critical_path_s": critical,
-            "sufficiency": score,
-            "stopped_by": stopped_by,
-            "subtasks": len(store),
-        },
-    )
+        if not run.sufficient():
+            run.stopped_by, run.error = "max_turns", f"no finish within {env.max_turns} turns"
+    return run.trajectory()
 
 
 async def run_react_lm(task: Task, backend: Backend, env: Environment, name: str = "lm") -> Trajectory:

@@ -1,5 +1,5 @@
 """Expert trajectories and decision-level samples: the expert runs verified samples, each decision
-it made becomes a (state, rendering, decision) sample, and train states off its path are added.
+it made becomes a (state, decision) sample, and train states off its path are added.
 
 Off-path states (train split only) are built from a recorded state by what the runtime itself can
 produce, then labelled by the stateless expert (``expert_decision``), which reads only the state:
@@ -25,7 +25,7 @@ from orchestra.agent.decision import Action, render_decision
 from orchestra.agent.expert import ExpertError, expert_decision
 from orchestra.agent.memory import Evidence
 from orchestra.agent.refs import find_refs, rename_refs
-from orchestra.agent.state import OrchestraState, history_from_evidence, render_state
+from orchestra.agent.state import OrchestraState, history_from_evidence
 from orchestra.config import AgentParams
 from orchestra.schemas import DecisionSample, Delegate, SolutionStep, Trajectory, VerifiedSample
 
@@ -62,13 +62,8 @@ def seed_splits(seed_ids: Sequence[str], fractions: Mapping[str, float], seed: i
     return out
 
 
-def _render(state: OrchestraState, agent: AgentParams) -> list[dict[str, str]]:
-    """The compact rendering a small trained policy reads (re-renderable from the stored state)."""
-    return render_state(state, agent.state_tokens, style="compact", evidence_tokens=agent.evidence_tokens)
-
-
 def _sample(
-    sample: VerifiedSample, state: OrchestraState, action: Action, kind: str, index: int, agent: AgentParams
+    sample: VerifiedSample, state: OrchestraState, action: Action, kind: str, index: int
 ) -> DecisionSample:
     return DecisionSample(
         sample_id=f"{sample.candidate_id}:{kind}:{index}",
@@ -77,7 +72,6 @@ def _sample(
         split=sample.split or "train",
         step_index=index,
         kind=kind,
-        prompt=_render(state, agent),
         state=_stable(state),
         decision=action,
         completion=render_decision(action, "json"),
@@ -95,14 +89,14 @@ def _stable(state: OrchestraState) -> dict[str, Any]:
     return data
 
 
-def cut_trajectory(sample: VerifiedSample, traj: Trajectory, agent: AgentParams) -> list[DecisionSample]:
+def cut_trajectory(sample: VerifiedSample, traj: Trajectory) -> list[DecisionSample]:
     """One sample per decision of a successful expert trajectory: the state just before it."""
     out = []
     for step in traj.steps:
         if step.decision is None or step.state is None:
             continue
         state = OrchestraState.model_validate(step.state)
-        out.append(_sample(sample, state, step.decision, "expert", step.index, agent))
+        out.append(_sample(sample, state, step.decision, "expert", step.index))
     return out
 
 
@@ -129,7 +123,7 @@ def relabel_trajectory(
         if validate_decision(action, validation_context(state)) is not None:
             skipped["the expert decision is not valid there"] += 1
             continue
-        out.append(_sample(sample, state, action, kind, step.index, agent))
+        out.append(_sample(sample, state, action, kind, step.index))
     return out, skipped
 
 
@@ -271,7 +265,7 @@ def off_path_states(
                 action = expert_decision(state, program, agent=agent)
             except ExpertError:
                 continue
-            out.append(_sample(sample, state, action, kind, k, agent))
+            out.append(_sample(sample, state, action, kind, k))
     return out
 
 

@@ -112,7 +112,7 @@ def build_decision_samples(params: Params, root: Path) -> dict[str, Any]:
     out: list[DecisionSample] = []
     for tr in read_trajectories(root):
         sample = by_id[tr.task_id]
-        out.extend(cut_trajectory(sample, tr, params.agent))
+        out.extend(cut_trajectory(sample, tr))
         if sample.split == "train":
             program = sample.task.solution_program or []
             out.extend(

@@ -11,11 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestra.agent.state import OrchestraState
 from orchestra.config import AgentParams, Params
 from orchestra.io import atomic_dir, atomic_write_text, dump_json
-from orchestra.schemas import DecisionSample
-from orchestra.training.examples import DecisionScore, PolicyView, score_decisions
+from orchestra.training.examples import DecisionScore, PolicyView, Prepared, score_decisions
 from orchestra.training.policy import save_policy
 
 __all__ = [
@@ -257,31 +255,26 @@ def generate(
 def evaluate_policy(
     model: Any,
     tokenizer: Any,
-    samples: Sequence[DecisionSample],
-    view: PolicyView,
+    samples: Sequence[Prepared],
     agent: AgentParams,
     seen: Collection[str] = (),
 ) -> tuple[DecisionScore, list[Mapping[str, Any]]]:
-    """Greedy decisions on ``samples`` scored against the expert's: rates and per-sample rows (with
-    the output). ``seen``: the training targets; exact match is also reported on the samples whose
-    target text is not among them."""
-    prompts = [view.messages(OrchestraState.model_validate(s.state), agent) for s in samples]
-    outputs = generate(model, tokenizer, prompts, agent.decision_tokens)
-    return score_decisions(outputs, samples, view, seen)
+    """Greedy decisions on ``samples`` (their prompts) scored against the expert's: rates and
+    per-sample rows (with the output). ``seen``: the training targets; exact match is also reported on
+    the samples whose target text is not among them."""
+    outputs = generate(model, tokenizer, [p.prompt for p in samples], agent.decision_tokens)
+    return score_decisions(outputs, samples, seen)
 
 
 RUBRIC_PARTS = ("format", "validity", "tools", "decision")
 
 
 def mean_rubric(
-    outputs: Sequence[str], samples: Sequence[DecisionSample], score: Any, params: Params, fmt: str
+    outputs: Sequence[str], samples: Sequence[Prepared], score: Any, params: Params, fmt: str
 ) -> dict[str, float]:
     """Mean rubric parts and weighted total (``train.dagrpo.rubric``) of ``outputs`` on ``samples``;
     ``score`` is a rubric (``reward_model.make_rubric``)."""
-    parts = [
-        score(t, OrchestraState.model_validate(s.state), s.decision, fmt)
-        for t, s in zip(outputs, samples, strict=True)
-    ]
+    parts = [score(t, p.state, p.decision, fmt) for t, p in zip(outputs, samples, strict=True)]
     n = max(1, len(parts))
     out = {f"rubric_{k}": sum(getattr(p, k) for p in parts) / n for k in RUBRIC_PARTS}
     out["rubric_reward"] = sum(p.total(params.train.dagrpo.rubric) for p in parts) / n
@@ -291,7 +284,7 @@ def mean_rubric(
 def validation_metrics(
     model: Any,
     tokenizer: Any,
-    samples: Sequence[DecisionSample],
+    samples: Sequence[Prepared],
     view: PolicyView,
     params: Params,
     train_targets: Collection[str],
@@ -301,7 +294,7 @@ def validation_metrics(
     given the ``rubric`` it trains on (DA-GRPO's), the mean rubric reward of the same outputs, each
     prefixed ``val_``; and the per-sample rows. The other recipes do not score with DA-GRPO's rubric:
     its settings are not theirs (bench/policy_quality.py scores every policy with it)."""
-    score, rows = evaluate_policy(model, tokenizer, samples, view, params.agent, train_targets)
+    score, rows = evaluate_policy(model, tokenizer, samples, params.agent, train_targets)
     metrics = score.as_metrics("val_")
     if rubric is not None:
         reward = mean_rubric([r["output"] for r in rows], samples, rubric, params, view.fmt)
@@ -349,7 +342,7 @@ def train_and_publish(
     model: Any,
     view: PolicyView,
     params: Params,
-    val: Sequence[DecisionSample],
+    val: Sequence[Prepared],
     train_targets: Collection[str],
     n_samples: int,
     rubric: Any = None,

@@ -9,29 +9,26 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from orchestra.agent.state import OrchestraState
-from orchestra.config import AgentParams, GRPOParams, Params
-from orchestra.schemas import DecisionSample
+from orchestra.config import Params
 from orchestra.training.common import (
     RUBRIC_PARTS,
     RecipeRun,
     RunDirs,
     TrainResult,
-    base_args,
     file_digest,
     init_policy,
     prompt_order,
     train_and_publish,
     wall_budget,
 )
-from orchestra.training.examples import PolicyView, load_samples, target_texts
+from orchestra.training.examples import PolicyView, Prepared, load_samples, prepare, target_texts
+from orchestra.training.grpo import grpo_config
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 from orchestra.training.sft import samples_path
 
 __all__ = [
     "distinct_prompts",
-    "grpo_config",
     "pick_prompts",
     "rubric_rewards",
     "screen_prompts",
@@ -39,36 +36,8 @@ __all__ = [
 ]
 
 
-def grpo_config(
-    gp: GRPOParams, out: Path, seed: int, reward_weights: Sequence[float], save_steps: int
-) -> Any:
-    """TRL's GRPOConfig from params: group size, generation batch, clip, beta, loss type, learning rate.
-    One pass over a shuffled prompt list (never a second epoch), so a resumed run replays the same
-    prompts (TRL's sampler does not reseed per epoch)."""
-    from trl import GRPOConfig
-
-    return GRPOConfig(
-        **base_args(
-            out, seed, gp.learning_rate, gp.per_device_batch_size, gp.max_steps, save_steps, logging=1
-        ),
-        num_generations=gp.num_generations,
-        steps_per_generation=gp.steps_per_generation,
-        num_iterations=gp.num_iterations,
-        beta=gp.beta,
-        epsilon=gp.epsilon,
-        loss_type=gp.loss_type,
-        max_completion_length=gp.max_completion_length,
-        temperature=gp.temperature,
-        reward_weights=list(reward_weights),
-        shuffle_dataset=False,
-        use_vllm=gp.use_vllm,
-        vllm_mode=gp.vllm_mode,
-        vllm_server_base_url=gp.vllm_server_url,
-    )
-
-
 def rubric_rewards(
-    samples: Mapping[str, DecisionSample],
+    samples: Mapping[str, Prepared],
     score: Callable[..., RubricScores],
     fmt: str,
     answers: Mapping[str, str] | None = None,
@@ -79,11 +48,10 @@ def rubric_rewards(
 
     @lru_cache(maxsize=4096)
     def scores(sample_id: str, text: str) -> RubricScores:
-        s = samples[sample_id]
-        state = OrchestraState.model_validate(s.state)
+        p = samples[sample_id]
         if answers is None:
-            return score(text, state, s.decision, fmt)
-        return score(text, state, s.decision, fmt, answer=answers[s.task_id])
+            return score(text, p.state, p.decision, fmt)
+        return score(text, p.state, p.decision, fmt, answer=answers[p.sample.task_id])
 
     def part(name: str) -> Callable[..., list[float]]:
         def reward(completions: list[Any], sample_id: list[str], **_: Any) -> list[float]:
@@ -96,36 +64,32 @@ def rubric_rewards(
     return [part(name) for name in RUBRIC_PARTS]
 
 
-def distinct_prompts(
-    samples: Sequence[DecisionSample], view: PolicyView, agent: AgentParams
-) -> list[DecisionSample]:
-    """``samples`` less those whose prompt, as ``view`` renders it, is an earlier one's (a re-rendering
-    the view does not show, e.g. another backend order): a repeated prompt is a repeated group."""
+def distinct_prompts(samples: Sequence[Prepared]) -> list[Prepared]:
+    """``samples`` less those whose prompt is an earlier one's (a re-rendering the view does not show,
+    e.g. another backend order): a repeated prompt is a repeated group."""
     seen: set[str] = set()
     out = []
-    for s in samples:
-        key = json.dumps(view.messages(OrchestraState.model_validate(s.state), agent), sort_keys=True)
+    for p in samples:
+        key = json.dumps(p.prompt, sort_keys=True)
         if key not in seen:
             seen.add(key)
-            out.append(s)
+            out.append(p)
     return out
 
 
-def pick_prompts(
-    train: Sequence[DecisionSample], count: int, first_repeats: int, seed: int
-) -> list[DecisionSample]:
+def pick_prompts(train: Sequence[Prepared], count: int, first_repeats: int, seed: int) -> list[Prepared]:
     """The ``count`` states DA-GRPO samples decisions for (:func:`prompt_order`), a first decision (no
     evidence yet: the whole plan, where the SFT policy errs most) weighted ``first_repeats`` times."""
-    pool = [s for s in train for _ in range(1 if (s.state or {}).get("context") else first_repeats)]
+    pool = [p for p in train for _ in range(1 if p.state.context else first_repeats)]
     return [pool[i] for i in prompt_order(len(pool), count, seed)]
 
 
 def screen_prompts(
-    candidates: Sequence[DecisionSample],
+    candidates: Sequence[Prepared],
     totals: Sequence[float],
     count: int,
     best: float = 1.0,
-) -> tuple[list[DecisionSample], int]:
+) -> tuple[list[Prepared], int]:
     """``count`` of ``candidates`` (in their order), first those whose start-policy output scored
     below ``best`` (``totals``: the rubric of each one's greedy decision, normalised to 0..1), then the
     others; and how many scored below. A state the policy already decides perfectly gives a group of
@@ -141,21 +105,21 @@ def _train_states(
     params: Params,
     root: Path,
     start: Path,
-    samples: Sequence[DecisionSample],
+    samples: Sequence[Prepared],
     view: PolicyView,
     dirs: RunDirs,
-) -> tuple[list[DecisionSample], dict[str, float]]:
+) -> tuple[list[Prepared], dict[str, float]]:
     """The train states ``train.dagrpo.states`` asks for, each rendering once (:func:`distinct_prompts`),
     and what collecting the policy's own states measured."""
     from orchestra.training.states import policy_states
 
     gp = params.train.dagrpo
-    train = [s for s in samples if s.split == "train"] if gp.states != "policy" else []
+    train = [p for p in samples if p.sample.split == "train"] if gp.states != "policy" else []
     stats: dict[str, float] = {}
     if gp.states != "expert":
         own, stats = policy_states(params, root, start, gp.state_tasks, dirs.root / "policy_states.jsonl")
-        train += view.prepare(own)
-    return distinct_prompts(train, view, params.agent), stats
+        train += prepare(own, view, params.agent)
+    return distinct_prompts(train), stats
 
 
 def train_dagrpo(params: Params, root: Path) -> TrainResult:
@@ -174,8 +138,8 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     gp, path = params.train.dagrpo, samples_path(root)
     start = init_policy(root, gp.init)
     model, tokenizer, view = load_policy(start)
-    samples = load_samples(path, view=view)
-    val = [s for s in samples if s.split == "val"]
+    samples = prepare(load_samples(path), view, params.agent)
+    val = [p for p in samples if p.sample.split == "val"]
     digest = file_digest(path)
     dirs = RunDirs(root / "policy_dagrpo")
     fingerprint = {
@@ -188,24 +152,18 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     }
     resume = dirs.prepare(fingerprint)
     train, stats = _train_states(params, root, start, samples, view, dirs)
-    by_id = {s.sample_id: s for s in train}
+    by_id = {p.sample.sample_id: p for p in train}
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
     picked = pick_prompts(train, n_prompts * max(1, gp.screen), gp.first_decision_repeats, params.train.seed)
     if gp.screen:
         picked, screened = _screen(picked, n_prompts, model, tokenizer, view, params)
         stats.update(screened)
-    rows = [
-        {
-            "prompt": view.messages(OrchestraState.model_validate(s.state), params.agent),
-            "sample_id": s.sample_id,
-        }
-        for s in picked
-    ]
+    rows = [{"prompt": p.prompt, "sample_id": p.sample.sample_id} for p in picked]
     answers = {s.candidate_id: s.task.answer for s in read_verified(root)} if gp.answer_credit else None
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
     with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
-        log_samples_input(path, digest, samples, "training")
+        log_samples_input(path, digest, [p.sample for p in samples], "training")
         log_metrics({**stats, "distinct_train_states": float(len(train))})
         w, rubric = gp.rubric, make_rubric(params)
         trainer = GRPOTrainer(
@@ -222,26 +180,24 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
             processing_class=tokenizer,
             callbacks=[step_callback(), wall_budget(t0, gp.max_wall_s)],
         )
-        seen = target_texts(view, train)
+        seen = target_texts(train)
         run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
         return train_and_publish(run, trainer, model, view, params, val, seen, len(rows), rubric)
 
 
 def _screen(
-    candidates: Sequence[DecisionSample], count: int, model: Any, tokenizer: Any, view: Any, params: Params
-) -> tuple[list[DecisionSample], dict[str, float]]:
+    candidates: Sequence[Prepared], count: int, model: Any, tokenizer: Any, view: Any, params: Params
+) -> tuple[list[Prepared], dict[str, float]]:
     """:func:`screen_prompts` on the start policy's greedy decisions (deterministic, so a resumed run
     screens to the same prompts), and what the screen found, for MLflow."""
     from orchestra.training.common import generate
     from orchestra.training.reward_model import make_rubric
 
     t0 = time.perf_counter()
-    prompts = [view.messages(OrchestraState.model_validate(s.state), params.agent) for s in candidates]
-    outputs = generate(model, tokenizer, prompts, params.agent.decision_tokens)
+    outputs = generate(model, tokenizer, [p.prompt for p in candidates], params.agent.decision_tokens)
     score, w = make_rubric(params), params.train.dagrpo.rubric  # the expert-relative rubric: no answer
     totals = [
-        score(o, OrchestraState.model_validate(s.state), s.decision, view.fmt).total(w)
-        for o, s in zip(outputs, candidates, strict=True)
+        score(o, p.state, p.decision, view.fmt).total(w) for o, p in zip(outputs, candidates, strict=True)
     ]
     picked, hard = screen_prompts(candidates, totals, count)
     stats = {

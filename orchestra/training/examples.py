@@ -1,9 +1,10 @@
-"""What the policy trains on and is scored by: prompts rendered from decision samples, canonical decisions."""
+"""What the policy trains on and is scored by: decision samples prepared for a view, canonical decisions."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,12 +23,15 @@ from orchestra.backends.goals import GoalError, browse_goal, parse_goal, percept
 from orchestra.config import AgentParams
 from orchestra.io import read_jsonl
 from orchestra.schemas import DecisionSample, Delegate, Finish
+from orchestra.training.tree_ids import tree_ids
 
 __all__ = [
     "DecisionScore",
     "PolicyView",
+    "Prepared",
     "canonical",
     "load_samples",
+    "prepare",
     "redo_refs",
     "score_decisions",
     "span_refs",
@@ -47,12 +51,6 @@ class PolicyView:
     fmt: Format = "lines"
     ids: Literal["expert", "tree"] = "tree"
 
-    def prepare(self, samples: Iterable[DecisionSample]) -> list[DecisionSample]:
-        """``samples`` as this view trains on and is scored on (renumbered for ``ids="tree"``)."""
-        from orchestra.training.tree_ids import tree_ids
-
-        return [tree_ids(s) if self.ids == "tree" else s for s in samples]
-
     def messages(self, state: OrchestraState, agent: AgentParams) -> list[dict[str, str]]:
         return render_state(
             state, agent.state_tokens, fmt=self.fmt, style=self.style, evidence_tokens=agent.evidence_tokens
@@ -68,9 +66,47 @@ class PolicyView:
         return render_decision(decision, self.fmt)
 
 
-def target_texts(view: PolicyView, samples: Iterable[DecisionSample]) -> set[str]:
+@dataclass(frozen=True)
+class Prepared:
+    """A decision sample as a view trains and is scored on it, made once by :func:`prepare`: ``sample``
+    the record in the view's ids (its state dict dropped: ``state`` holds it, validated and renumbered
+    alike); ``prompt``, the view's rendering of the state, and ``target``, the text the view writes
+    for the decision, are made on first use and kept (a recipe reads only some: outcome GRPO renders
+    no train state, DA-GRPO on the policy's own states needs no target of the expert's)."""
+
+    sample: DecisionSample
+    state: OrchestraState
+    view: PolicyView
+    agent: AgentParams
+
+    @property
+    def decision(self) -> Action:
+        return self.sample.decision
+
+    @cached_property
+    def prompt(self) -> list[dict[str, str]]:
+        return self.view.messages(self.state, self.agent)
+
+    @cached_property
+    def target(self) -> str:
+        return self.view.target(self.decision, self.state)
+
+
+def prepare(samples: Iterable[DecisionSample], view: PolicyView, agent: AgentParams) -> list[Prepared]:
+    """``samples`` as ``view`` trains on and is scored on them, each state validated once (and with
+    ``ids="tree"`` renumbered into tree ids, the decision alike: tree_ids.py)."""
+    out = []
+    for s in samples:
+        state, decision = OrchestraState.model_validate(s.state), s.decision
+        if view.ids == "tree":
+            state, decision = tree_ids(state, decision)
+        out.append(Prepared(s.model_copy(update={"state": None, "decision": decision}), state, view, agent))
+    return out
+
+
+def target_texts(samples: Iterable[Prepared]) -> set[str]:
     """The target text of every sample (the ``seen`` set of the exact rate on unseen targets)."""
-    return {view.target(s.decision, OrchestraState.model_validate(s.state)) for s in samples}
+    return {p.target for p in samples}
 
 
 def redo_refs(action: Action, state: OrchestraState) -> Action:
@@ -141,14 +177,10 @@ def span_refs(action: Action, spans: Mapping[str, str]) -> Action:
     return Delegate(subtasks=out)
 
 
-def load_samples(
-    path: Path, splits: Iterable[str] | None = None, view: PolicyView | None = None
-) -> list[DecisionSample]:
-    """The decision samples in ``path`` (a samples.jsonl), only ``splits`` when given, as ``view``
-    prepares them (:meth:`PolicyView.prepare`) when given."""
+def load_samples(path: Path, splits: Iterable[str] | None = None) -> list[DecisionSample]:
+    """The decision samples in ``path`` (a samples.jsonl) as stored, only ``splits`` when given."""
     keep = None if splits is None else set(splits)
-    samples = [s for s in read_jsonl(path, DecisionSample) if keep is None or s.split in keep]
-    return samples if view is None else view.prepare(samples)
+    return [s for s in read_jsonl(path, DecisionSample) if keep is None or s.split in keep]
 
 
 def _norm(text: str) -> str:
@@ -208,19 +240,15 @@ class DecisionScore:
 
 
 def score_decisions(
-    outputs: Sequence[str],
-    samples: Sequence[DecisionSample],
-    view: PolicyView = PolicyView(),
-    seen: Collection[str] = (),
+    outputs: Sequence[str], samples: Sequence[Prepared], seen: Collection[str] = ()
 ) -> tuple[DecisionScore, list[Mapping[str, Any]]]:
-    """Each policy output (in ``view.fmt``) against its sample's expert decision, and per-sample rows
-    (for a report); span references (``#C1``) count as the spans they name. ``seen``: the target texts of
-    training (:meth:`PolicyView.target`), for the exact rate on unseen targets."""
+    """Each policy output (in its sample's view's format) against the sample's expert decision, and
+    per-sample rows (for a report); span references (``#C1``) count as the spans they name. ``seen``:
+    the target texts of training (:attr:`Prepared.target`), for the exact rate on unseen targets."""
     seen = set(seen)
-    fmt = view.fmt
     rows: list[Mapping[str, Any]] = []
-    for text, sample in zip(outputs, samples, strict=True):
-        state = OrchestraState.model_validate(sample.state)
+    for text, p in zip(outputs, samples, strict=True):
+        sample, state, fmt = p.sample, p.state, p.view.fmt
         ctx = validation_context(state)
         parsed = parse_decision(text, fmt=fmt)
         ok = not isinstance(parsed, ParseError)
@@ -238,7 +266,7 @@ def score_decisions(
                 "valid": valid,
                 "exact": ok and canonical(parsed) == canonical(expert),  # type: ignore[arg-type]
                 "structural": ok and structure(parsed) == structure(expert),  # type: ignore[arg-type]
-                "unseen": view.target(expert, state) not in seen,
+                "unseen": p.target not in seen,
                 "error": "" if valid else str(checked),
                 "output": text,
             }

@@ -1,4 +1,4 @@
-"""Outcome GRPO (Maestro's recipe): full orchestrator rollouts with real tools, reward = answer + format."""
+"""Outcome GRPO (Maestro's recipe): full rollouts with real tools, reward = answer + format; GRPOConfig."""
 
 from __future__ import annotations
 
@@ -17,18 +17,54 @@ from orchestra.training.common import (
     RecipeRun,
     RunDirs,
     TrainResult,
+    base_args,
     file_digest,
     init_policy,
     prompt_order,
     train_and_publish,
     wall_budget,
 )
-from orchestra.training.dagrpo import grpo_config
-from orchestra.training.examples import PolicyView, load_samples, target_texts
+from orchestra.training.examples import PolicyView, load_samples, prepare, target_texts
 from orchestra.training.policy import load_policy
 from orchestra.training.sft import samples_path
 
-__all__ = ["SamplingChat", "answer_reward", "decision_prompt", "format_reward", "make_rollout", "train_grpo"]
+__all__ = [
+    "SamplingChat",
+    "answer_reward",
+    "decision_prompt",
+    "grpo_config",
+    "make_rollout",
+    "rollout_format_reward",
+    "train_grpo",
+]
+
+
+def grpo_config(
+    gp: GRPOParams, out: Path, seed: int, reward_weights: Sequence[float], save_steps: int
+) -> Any:
+    """TRL's GRPOConfig from params: group size, generation batch, clip, beta, loss type, learning rate.
+    One pass over a shuffled prompt list (never a second epoch), so a resumed run replays the same
+    prompts (TRL's sampler does not reseed per epoch)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        **base_args(
+            out, seed, gp.learning_rate, gp.per_device_batch_size, gp.max_steps, save_steps, logging=1
+        ),
+        num_generations=gp.num_generations,
+        steps_per_generation=gp.steps_per_generation,
+        num_iterations=gp.num_iterations,
+        beta=gp.beta,
+        epsilon=gp.epsilon,
+        loss_type=gp.loss_type,
+        max_completion_length=gp.max_completion_length,
+        temperature=gp.temperature,
+        reward_weights=list(reward_weights),
+        shuffle_dataset=False,
+        use_vllm=gp.use_vllm,
+        vllm_mode=gp.vllm_mode,
+        vllm_server_base_url=gp.vllm_server_url,
+    )
 
 
 @dataclass
@@ -152,8 +188,9 @@ def answer_reward(completions: list[Any], correct: list[float], **_: Any) -> lis
     return [float(c) for c in correct]
 
 
-def format_reward(completions: list[Any], formatted: list[float], **_: Any) -> list[float]:
-    """The share of the rollout's decisions that parsed and were valid."""
+def rollout_format_reward(completions: list[Any], formatted: list[float], **_: Any) -> list[float]:
+    """TRL's reward function for the format term: the share of the rollout's decisions that parsed and
+    were valid (the runtime's check; one text's parse: :func:`orchestra.training.rewards.format_reward`)."""
     return [float(f) for f in formatted]
 
 
@@ -183,9 +220,9 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     ]
     start = init_policy(root, gp.init)
     model, tokenizer, view = load_policy(start)
-    samples = load_samples(path, view=view)
-    val = [s for s in samples if s.split == "val"]
-    seen = target_texts(view, (s for s in samples if s.split == "train"))
+    samples = prepare(load_samples(path), view, params.agent)
+    val = [p for p in samples if p.sample.split == "val"]
+    seen = target_texts(p for p in samples if p.sample.split == "train")
     dirs = RunDirs(root / "policy_grpo")
     fingerprint = {
         "recipe": "grpo",
@@ -203,10 +240,11 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
         recipe_run(params, root, "grpo", tags, resume_id=dirs.run_id()) as run_id,
     ):
         dirs.remember_run(run_id)
-        log_samples_input(path, digest, samples, "validation")  # it trains on verified tasks' rollouts
+        # it trains on verified tasks' rollouts: the decision samples are its validation input
+        log_samples_input(path, digest, [p.sample for p in samples], "validation")
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[answer_reward, format_reward],
+            reward_funcs=[answer_reward, rollout_format_reward],
             args=grpo_config(gp, dirs.checkpoints, params.train.seed, [1.0, gp.format_weight], gp.save_steps),
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,

@@ -9,10 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestra.agent.state import OrchestraState
-from orchestra.config import AgentParams, Params
+from orchestra.config import Params
 from orchestra.errors import StageError
-from orchestra.schemas import DecisionSample, Delegate
+from orchestra.schemas import Delegate
 from orchestra.training.common import (
     RecipeRun,
     RunDirs,
@@ -23,7 +22,7 @@ from orchestra.training.common import (
     train_and_publish,
     wall_budget,
 )
-from orchestra.training.examples import PolicyView, load_samples
+from orchestra.training.examples import PolicyView, Prepared, load_samples, prepare
 from orchestra.training.policy import build_policy, load_policy, n_params, read_view
 
 __all__ = ["samples_path", "sft_examples", "train_sft"]
@@ -37,11 +36,7 @@ def samples_path(root: Path) -> Path:
 
 
 def sft_examples(
-    samples: Sequence[DecisionSample],
-    view: PolicyView,
-    agent: AgentParams,
-    first_repeats: int = 1,
-    replan_repeats: int = 1,
+    samples: Sequence[Prepared], first_repeats: int = 1, replan_repeats: int = 1
 ) -> list[dict[str, Any]]:
     """TRL's conversational prompt-completion rows: the rendered state, the expert decision. A pair
     the view renders identically to an earlier one is kept once (a re-rendering the view does not
@@ -50,17 +45,14 @@ def sft_examples(
     small policy fails most, and measured repetition of it pays (docs/results/history.md); a later
     delegation on the expert's path (a re-plan) ``replan_repeats`` times."""
     rows, seen = [], set()
-    for s in samples:
-        state = OrchestraState.model_validate(s.state)
-        prompt = view.messages(state, agent)
-        target = view.target(s.decision, state)
-        key = (json.dumps(prompt, sort_keys=True), target)
+    for p in samples:
+        key = (json.dumps(p.prompt, sort_keys=True), p.target)
         if key not in seen:
             seen.add(key)
-            row = {"prompt": prompt, "completion": [{"role": "assistant", "content": target}]}
-            if not state.context:
+            row = {"prompt": p.prompt, "completion": [{"role": "assistant", "content": p.target}]}
+            if not p.state.context:
                 rows.extend([row] * first_repeats)
-            elif s.kind == "expert" and isinstance(s.decision, Delegate):
+            elif p.sample.kind == "expert" and isinstance(p.decision, Delegate):
                 rows.extend([row] * replan_repeats)
             else:
                 rows.append(row)
@@ -131,9 +123,9 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     sp = params.train.sft
     init = init_policy(root, sp.init) if sp.init else None
     view = (read_view(init) or PolicyView()) if init else PolicyView()
-    samples = load_samples(path, view=view)
-    train = [s for s in samples if s.split == "train"]
-    val = [s for s in samples if s.split == "val"]
+    samples = prepare(load_samples(path), view, params.agent)
+    train = [p for p in samples if p.sample.split == "train"]
+    val = [p for p in samples if p.sample.split == "val"]
     if not train:
         raise StageError(f"{path}: no train samples")
     digest = file_digest(path)
@@ -153,8 +145,8 @@ def train_sft(params: Params, root: Path) -> TrainResult:
         from orchestra.training.states import policy_states
 
         own, stats = policy_states(params, root, init, sp.state_tasks, dirs.root / "policy_states.jsonl")
-        train += view.prepare(own)
-    rows = sft_examples(train, view, params.agent, sp.first_decision_repeats, sp.replan_repeats)
+        train += prepare(own, view, params.agent)
+    rows = sft_examples(train, sp.first_decision_repeats, sp.replan_repeats)
     model, tokenizer = _model(params, init, rows)
     if not resume:
         shutil.rmtree(dirs.root / "snapshots", ignore_errors=True)
@@ -163,7 +155,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
         tags["orchestra.start_policy"] = str(init)
     with recipe_run(params, root, "sft", tags, resume_id=dirs.run_id()) as run_id:
         dirs.remember_run(run_id)
-        log_samples_input(path, digest, samples, "training")
+        log_samples_input(path, digest, [p.sample for p in samples], "training")
         log_metrics(stats)
         args = base_args(
             dirs.checkpoints, params.train.seed, sp.learning_rate, sp.batch_size, sp.max_steps, sp.save_steps

@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from orchestra.agent.decision import Action
 from orchestra.agent.graph import tree_mapping
 from orchestra.agent.refs import rename_refs
 from orchestra.agent.state import OrchestraState
-from orchestra.schemas import DecisionSample, Delegate, Finish
+from orchestra.schemas import Delegate, Finish
 
 __all__ = ["tree_ids", "tree_mapping"]
 
@@ -39,22 +40,17 @@ def _renamed(record: R, mapping: Mapping[str, str], id_key: str, texts: tuple[st
     return record.model_copy(update=update)
 
 
-def tree_ids(sample: DecisionSample) -> DecisionSample:
-    """``sample`` with its evidence, history and decision renumbered by :func:`tree_mapping` over every
-    node of the state and the decision, the decision's sub-tasks in pre-order. A sample without a
-    structured state, or whose ids would collide, is returned as it is. Its ``prompt`` and
-    ``completion`` (the expert's own rendering) are left as they are: a view renders the state."""
-    if sample.state is None:
-        return sample
-    state = OrchestraState.model_validate(sample.state)
-    decision = sample.decision
+def tree_ids(state: OrchestraState, decision: Action) -> tuple[OrchestraState, Action]:
+    """``state`` and ``decision`` with the evidence, history and decision renumbered by
+    :func:`tree_mapping` over every node of the state and the decision, the decision's sub-tasks in
+    pre-order; both as they are where the ids would collide."""
     new = decision.subtasks if isinstance(decision, Delegate) else []
     deps = {e.id: list(e.depends_on) for e in state.context}
     deps.update({st.id: list(st.depends_on) for st in new})
     try:
         mapping = tree_mapping(deps)
     except ValueError:
-        return sample
+        return state, decision
 
     context = [_renamed(e, mapping, "id", ("goal", "planned_goal", "error")) for e in state.context]
     history = [_renamed(h, mapping, "subtask_id", ("goal", "note")) for h in state.history]
@@ -65,4 +61,4 @@ def tree_ids(sample: DecisionSample) -> DecisionSample:
         decision = Delegate(subtasks=[_renamed(st, mapping, "id", ("goal",)) for st in subtasks])
     elif isinstance(decision, Finish):
         decision = Finish(answer=rename_refs(decision.answer, mapping))
-    return sample.model_copy(update={"state": state.model_dump(mode="json"), "decision": decision})
+    return state, decision

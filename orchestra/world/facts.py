@@ -55,6 +55,11 @@ def _a(phrase: str) -> str:
     return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 
+def _drawn(rng: np.random.Generator, value: int | None, low: int, high: int) -> int:
+    """``value``, or a number drawn from [low, high) when it is None."""
+    return value if value is not None else int(rng.integers(low, high))
+
+
 class MediaWriter:
     """Renders media for one world: opaque rng-drawn file names, files written atomically."""
 
@@ -181,195 +186,109 @@ class MediaWriter:
         category: str = "",
     ) -> list[Fact]:
         """``n`` facts of ``kind`` (count | number | year) from one new media file of ``modality``."""
+        how = self._producer(rng, modality, kind, n)
+        if how == "shapes":
+            return self._shape_facts(rng, kind, n)
+        if how == "chart":
+            return self._chart_facts(rng, kind, n, category)
+        if how == "change":
+            return [self._change_fact(rng, kind)]
+        media = self._value_media(rng, how, kind, year)
+        perception, phrase, step = _NUMBER_FACTS[how]
         noun = "year" if kind == "year" else "number"
-        value = year if year is not None else None
+        return [Fact(media, perception, {}, kind, phrase.format(noun=noun), step)]
+
+    def _producer(self, rng: np.random.Generator, modality: str, kind: str, n: int) -> str:
+        """Which producer (``_PRODUCERS``) renders ``n`` facts of ``kind`` from ``modality``, drawn."""
         choices = _PRODUCERS[(modality, kind)]
         if n > 1:
             choices = [c for c in choices if c in ("shapes", "chart")]
-        if kind == "number" and not self.speech:
-            choices = [c for c in choices if c != "speech"]
-        if kind == "year" and not self.speech:
+        if kind in ("number", "year") and not self.speech:
             choices = [c for c in choices if c != "speech"]
         if not choices:
             raise WorldError(f"no producer for {n} {kind} fact(s) from {modality}")
         if self.speech and "speech" in choices and rng.random() < SPEECH_SHARE:
-            how = "speech"  # OmniGAIA's audio is mostly speech; drawn only in speech worlds
-        else:
-            how = choices[int(rng.integers(len(choices)))]
+            return "speech"  # OmniGAIA's audio is mostly speech; drawn only in speech worlds
+        return choices[int(rng.integers(len(choices)))]
+
+    def _value_media(self, rng: np.random.Generator, how: str, kind: str, value: int | None) -> Media:
+        """A new media file from which producer ``how`` reads one value: ``value`` where the producer
+        shows a given number (drawn when None), else what the rendering makes."""
+        noise = self.params.noise.draw
         if how == "sign":
-            v = value if value is not None else int(rng.integers(10, 10000))
-            m = self.image(rng, *image.render_sign(rng, str(v), self.params.noise.draw(rng, "image")))
-            return [
-                Fact(
-                    m,
-                    "read_number",
-                    {},
-                    kind,
-                    f"the {noun} shown on the sign in the image",
-                    "Read the number on the sign in the image",
-                )
-            ]
-        if how == "shapes":
-            m = self.image(
-                rng, *image.render_shapes(rng, self.params.noise.draw(rng, "image"), n_colors=max(3, n + 1))
-            )
-            counts: dict[str, dict[str, int]] = m.truth["counts"]
-            colors = [c for c in counts]
-            picked = [colors[i] for i in rng.permutation(len(colors))[:n].tolist()]
-            facts = []
-            for c in picked:
-                shapes = sorted(counts[c])
-                if rng.random() < 0.4:
-                    s = shapes[int(rng.integers(len(shapes)))]
-                    facts.append(
-                        Fact(
-                            m,
-                            "count_shapes",
-                            {"color": c, "shape": s},
-                            kind,
-                            f"the number of {c} {s}s in the image",
-                            f"Count the {c} {s}s in the image",
-                        )
-                    )
-                else:
-                    facts.append(
-                        Fact(
-                            m,
-                            "count_shapes",
-                            {"color": c},
-                            kind,
-                            f"the number of {c} shapes in the image",
-                            f"Count the {c} shapes in the image",
-                        )
-                    )
-            return facts
-        if how == "chart":
-            chart = "bar" if rng.random() < 0.6 else "line"
-            labels = self._chart_labels(rng, category) if chart == "bar" else None
-            m = self.image(
-                rng, *image.render_chart(rng, self.params.noise.draw(rng, "image"), chart, labels=labels)
-            )
-            picked = [m.truth["labels"][i] for i in rng.permutation(len(m.truth["labels"]))[:n].tolist()]
-            return [
-                Fact(
-                    m,
-                    "chart_value",
-                    {"label": lab},
-                    kind,
-                    f"the value shown for {lab} in the {chart} chart",
-                    f"Read the value for {lab} in the {chart} chart",
-                )
-                for lab in picked
-            ]
+            v = _drawn(rng, value, 10, 10000)
+            return self.image(rng, *image.render_sign(rng, str(v), noise(rng, "image")))
         if how == "dtmf":
-            v = value if value is not None else int(rng.integers(100, 100000))
-            m = self.audio(rng, *audio.render_dtmf(rng, str(v), self.params.noise.draw(rng, "audio")))
-            return [
-                Fact(
-                    m,
-                    "dtmf_number",
-                    {},
-                    kind,
-                    f"the {noun} dialled with keypad (DTMF) tones in the audio",
-                    "Decode the keypad (DTMF) tones in the audio",
-                )
-            ]
+            v = _drawn(rng, value, 100, 100000)
+            return self.audio(rng, *audio.render_dtmf(rng, str(v), noise(rng, "audio")))
         if how == "morse":
-            v = value if value is not None else int(rng.integers(10, 1000))
-            m = self.audio(rng, *audio.render_morse(rng, str(v), self.params.noise.draw(rng, "audio")))
-            return [
-                Fact(
-                    m,
-                    "morse_number",
-                    {},
-                    kind,
-                    f"the {noun} spelled in Morse code in the audio",
-                    "Decode the Morse code in the audio",
-                )
-            ]
+            v = _drawn(rng, value, 10, 1000)
+            return self.audio(rng, *audio.render_morse(rng, str(v), noise(rng, "audio")))
         if how == "speech":
-            v = value if value is not None else int(rng.integers(10, 1000))
-            level = self.params.noise.draw(rng, "audio")
-            m = self.audio(rng, *audio.render_speech(rng, v, level, year=kind == "year"))
-            return [
-                Fact(m, "speech_number", {}, kind, f"the {noun} spoken in the audio", "Transcribe the speech")
-            ]
-        if how == "beeps":
-            m = self.audio(rng, *audio.render_beeps(rng, self.params.noise.draw(rng, "audio")))
-            return [
-                Fact(
-                    m,
-                    "count_beeps",
-                    {},
-                    kind,
-                    "the number of beeps in the audio",
-                    "Count the beeps in the audio",
-                )
-            ]
-        if how == "pitch":
-            m = self.audio(rng, *audio.render_beeps(rng, self.params.noise.draw(rng, "audio")))
-            return [
-                Fact(
-                    m,
-                    "beep_pitch",
-                    {},
-                    kind,
-                    "the pitch of the beeps in the audio in Hz (a multiple of 100)",
-                    "Measure the pitch of the beeps in the audio",
-                )
-            ]
+            v = _drawn(rng, value, 10, 1000)
+            level = noise(rng, "audio")
+            return self.audio(rng, *audio.render_speech(rng, v, level, year=kind == "year"))
+        if how in ("beeps", "pitch"):
+            return self.audio(rng, *audio.render_beeps(rng, noise(rng, "audio")))
         if how == "caption":
-            v = value if value is not None else int(rng.integers(10, 10000))
-            m = self.video(rng, "caption", caption=str(v))
-            return [
-                Fact(
-                    m,
-                    "caption_number",
-                    {},
-                    kind,
-                    f"the {noun} shown in the caption of the video",
-                    "Read the caption in the video",
-                )
-            ]
+            return self.video(rng, "caption", caption=str(_drawn(rng, value, 10, 10000)))
         if how == "score":
-            m = self.video(rng, "scoreboard")
-            return [
-                Fact(
-                    m,
-                    "final_score_total",
-                    {},
-                    kind,
-                    "the total number of points on the scoreboard at the end of the video",
-                    "Read the final scoreboard in the video and add both scores",
-                )
-            ]
+            return self.video(rng, "scoreboard")
         if how == "appear":
-            m = self.video(rng, "none", require=("appear",))
-            return [
-                Fact(
-                    m,
-                    "count_appearances",
-                    {},
-                    kind,
-                    "the number of objects that appear after the video starts",
-                    "Count the objects that appear during the video",
-                )
-            ]
-        if how == "change":
-            m = self.video(rng, "none", require=("color_change",))
-            objs = sorted({e["object"] for e in m.truth["events"] if e["kind"] == "color_change"})
-            o = objs[int(rng.integers(len(objs)))]
-            return [
-                Fact(
-                    m,
-                    "color_change_second",
-                    {"object": o},
-                    kind,
-                    f"the time in seconds (from the start) at which the {o} in the video changes colour",
-                    f"Find when the {o} in the video changes colour",
-                )
-            ]
+            return self.video(rng, "none", require=("appear",))
         raise WorldError(f"unknown producer {how!r}")  # pragma: no cover - _PRODUCERS lists known ones
+
+    def _shape_facts(self, rng: np.random.Generator, kind: str, n: int) -> list[Fact]:
+        """``n`` counts from one new image of shapes: of a colour, or of a colour and a shape."""
+        level = self.params.noise.draw(rng, "image")
+        m = self.image(rng, *image.render_shapes(rng, level, n_colors=max(3, n + 1)))
+        counts: dict[str, dict[str, int]] = m.truth["counts"]
+        colors = [c for c in counts]
+        facts = []
+        for c in [colors[i] for i in rng.permutation(len(colors))[:n].tolist()]:
+            shapes = sorted(counts[c])
+            if rng.random() < 0.4:  # the shapes of one kind in the colour
+                s = shapes[int(rng.integers(len(shapes)))]
+                what, args = f"{c} {s}s", {"color": c, "shape": s}
+            else:
+                what, args = f"{c} shapes", {"color": c}
+            phrase, step = f"the number of {what} in the image", f"Count the {what} in the image"
+            facts.append(Fact(m, "count_shapes", args, kind, phrase, step))
+        return facts
+
+    def _chart_facts(self, rng: np.random.Generator, kind: str, n: int, category: str) -> list[Fact]:
+        """``n`` values from one new bar chart (labelled with ``category``'s names where it has enough)
+        or line chart."""
+        chart = "bar" if rng.random() < 0.6 else "line"
+        labels = self._chart_labels(rng, category) if chart == "bar" else None
+        level = self.params.noise.draw(rng, "image")
+        m = self.image(rng, *image.render_chart(rng, level, chart, labels=labels))
+        picked = [m.truth["labels"][i] for i in rng.permutation(len(m.truth["labels"]))[:n].tolist()]
+        return [
+            Fact(
+                m,
+                "chart_value",
+                {"label": lab},
+                kind,
+                f"the value shown for {lab} in the {chart} chart",
+                f"Read the value for {lab} in the {chart} chart",
+            )
+            for lab in picked
+        ]
+
+    def _change_fact(self, rng: np.random.Generator, kind: str) -> Fact:
+        """When one object of a new video changes colour."""
+        m = self.video(rng, "none", require=("color_change",))
+        objs = sorted({e["object"] for e in m.truth["events"] if e["kind"] == "color_change"})
+        o = objs[int(rng.integers(len(objs)))]
+        return Fact(
+            m,
+            "color_change_second",
+            {"object": o},
+            kind,
+            f"the time in seconds (from the start) at which the {o} in the video changes colour",
+            f"Find when the {o} in the video changes colour",
+        )
 
     def _chart_labels(self, rng: np.random.Generator, category: str) -> list[str] | None:
         names = sorted(e.name for e in self.kb.subjects(category) if " " not in e.name and len(e.name) <= 7)
@@ -400,6 +319,48 @@ _NAME_FACTS: dict[str, tuple[str, str, str]] = {
         "the name in the caption of the video",
         "Read the caption in the video",
         "The caption in the video shows the name of {}.",
+    ),
+}
+
+#: producer of one value -> (its perception, what the value is, the step that reads it); {noun} is
+#: "year" for a year fact, "number" otherwise
+_NUMBER_FACTS: dict[str, tuple[str, str, str]] = {
+    "sign": (
+        "read_number",
+        "the {noun} shown on the sign in the image",
+        "Read the number on the sign in the image",
+    ),
+    "dtmf": (
+        "dtmf_number",
+        "the {noun} dialled with keypad (DTMF) tones in the audio",
+        "Decode the keypad (DTMF) tones in the audio",
+    ),
+    "morse": (
+        "morse_number",
+        "the {noun} spelled in Morse code in the audio",
+        "Decode the Morse code in the audio",
+    ),
+    "speech": ("speech_number", "the {noun} spoken in the audio", "Transcribe the speech"),
+    "beeps": ("count_beeps", "the number of beeps in the audio", "Count the beeps in the audio"),
+    "pitch": (
+        "beep_pitch",
+        "the pitch of the beeps in the audio in Hz (a multiple of 100)",
+        "Measure the pitch of the beeps in the audio",
+    ),
+    "caption": (
+        "caption_number",
+        "the {noun} shown in the caption of the video",
+        "Read the caption in the video",
+    ),
+    "score": (
+        "final_score_total",
+        "the total number of points on the scoreboard at the end of the video",
+        "Read the final scoreboard in the video and add both scores",
+    ),
+    "appear": (
+        "count_appearances",
+        "the number of objects that appear after the video starts",
+        "Count the objects that appear during the video",
     ),
 }
 
