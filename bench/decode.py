@@ -28,6 +28,7 @@ import torch
 from orchestra.agent.lm_policy import lm_policy
 from orchestra.agent.state import OrchestraState
 from orchestra.config import AgentParams, ProviderSpec
+from orchestra.data import store
 
 TARGET = 5.0
 
@@ -42,7 +43,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--requests", type=int, default=160)
     args = ap.parse_args()
-    model_dir = args.model or args.data / "policy_sft" / "model"
+    model_dir = args.model or store.model_dir(args.data, "sft")
     agent = AgentParams()
     policy = lm_policy(
         ProviderSpec(kind="transformers", model=str(model_dir), max_new_tokens=args.max_new), agent
@@ -52,7 +53,7 @@ def main() -> int:
         print("error: the lean decoder does not cover this model", file=sys.stderr)
         return 2
     rows = []
-    with (args.data / "decision_samples" / "samples.jsonl").open() as f:
+    with store.samples_file(args.data).open() as f:
         for line in f:
             row = json.loads(line)
             if row["split"] == "val":

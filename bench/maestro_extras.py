@@ -47,7 +47,7 @@ def _run(params, bench: Path, out: Path, **kw) -> dict:  # type: ignore[no-untyp
 def cli() -> int:
     from orchestra.backends.pool import backend_pool
     from orchestra.config import data_root, load_params
-    from orchestra.data.store import benchmark_file
+    from orchestra.data.store import benchmark_file, model_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=None)
@@ -59,7 +59,7 @@ def cli() -> int:
     params = load_params(args.params)
     root = args.data or data_root(args.params, params)
     bench = benchmark_file(root)
-    model = root / f"policy_{args.policy}" / "model"
+    model = model_dir(root, args.policy)
     trained = f"checkpoint:{model}" if (model / "config.json").is_file() else None
     common = {"limit": args.tasks, "concurrency": 2, "data_dir": root, "seed": params.train.seed}
     with tempfile.TemporaryDirectory(prefix=".bench-", dir=root.parent) as tmp:

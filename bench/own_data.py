@@ -25,30 +25,53 @@ from pathlib import Path
 
 from orchestra.config import load_params
 from orchestra.data.decisions import seed_splits
-from orchestra.io import read_jsonl
+from orchestra.data.store import (
+    KB_DIR,
+    media_dir,
+    model_dir,
+    read_seed_tasks,
+    read_solutions,
+    seeds_dir,
+    stage_dir,
+)
 from orchestra.pipeline.run import run_stage
-from orchestra.schemas import ReferenceSolution, Task, read_tasks_json, write_tasks_json
+from orchestra.schemas import Task, write_tasks_json
+from orchestra.stages import (
+    ANCHOR_FACTS,
+    DECISION_SAMPLES,
+    EXPERT_TRAJECTORIES,
+    REWRITE_CANDIDATES,
+    SEED_TASKS,
+    VERIFIED_SAMPLES,
+)
 
-STAGES = ("seed_tasks", "anchor_facts", "rewrite_candidates", "verified_samples")
-LATER = ("expert_trajectories", "decision_samples")
+#: the data stages it runs on the held-out file, up to the samples a policy would train on
+DATA_STAGES = (
+    SEED_TASKS,
+    ANCHOR_FACTS,
+    REWRITE_CANDIDATES,
+    VERIFIED_SAMPLES,
+    EXPERT_TRAJECTORIES,
+    DECISION_SAMPLES,
+)
 
 
 def held_out_file(data: Path, out: Path, params_file: Path, limit: int | None) -> dict[str, Task]:
     """The val and test seeds of ``data`` as a program-less OmniGAIA file under ``out/user``; returns the
     world's own tasks by id (the bench's knowledge, never the pipeline's)."""
     params = load_params(params_file)
-    world = read_tasks_json(data / "seed_tasks" / "tasks.json")
+    world = read_seed_tasks(data)
     splits = seed_splits([str(t.id) for t in world], params.decisions.split, params.decisions.seed)
     held = [t for t in world if splits[str(t.id)] != "train"][:limit]
     user = out / "user"
     shutil.rmtree(user, ignore_errors=True)
     (user / "kb").mkdir(parents=True)
-    shutil.copy2(data / "seed_tasks" / "kb" / "pages.jsonl", user / "kb" / "pages.jsonl")
+    shutil.copy2(seeds_dir(data) / KB_DIR / "pages.jsonl", user / KB_DIR / "pages.jsonl")
     for t in held:
         for m in t.omni_modal_input:
             dst = user / "media" / m.path
             dst.parent.mkdir(parents=True, exist_ok=True)
-            os.link(data / "seed_tasks" / "media" / m.path, dst)
+            os.link(media_dir(data) / m.path, dst)
     keep = ("id", "question", "answer", "omni_modal_input", "level", "task_type", "category")
     write_tasks_json(user / "tasks.json", [Task(**{k: getattr(t, k) for k in keep}) for t in held])
     return {str(t.id): t for t in held}
@@ -63,7 +86,7 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None, help="the first N held-out seeds")
     args = ap.parse_args()
     data, out = args.data.resolve(), args.out.resolve()
-    model = data / "policy_sft" / "model"
+    model = model_dir(data, "sft")
     if not (model / "config.json").is_file():
         print(f"error: {model} has no trained policy: run make pipeline first", file=sys.stderr)
         return 2
@@ -79,22 +102,23 @@ def main() -> int:
     params = load_params(out / "params.yaml")
     root = out / "data"
     took = {}
-    for stage in STAGES + LATER:
+    for stage in DATA_STAGES:
         t0 = time.perf_counter()
         run_stage(stage, params, root, force=True)
         took[stage] = round(time.perf_counter() - t0, 1)
         print(f"  {stage:<20} {took[stage]:>7.1f} s")
-    anchors = json.loads((root / "anchor_facts" / "summary.json").read_text())
+    anchors = json.loads((stage_dir(root, ANCHOR_FACTS) / "summary.json").read_text())
     expert = anchors["expert"]
-    solutions = read_jsonl(root / "anchor_facts" / "solutions.jsonl", ReferenceSolution)
+    solutions = read_solutions(root)
     same = sum(
         [s.model_dump(exclude={"out"}) for s in sol.program]
         == [s.model_dump(exclude={"out"}) for s in world[sol.task_id].solution_program or []]
         for sol in solutions
     )
-    cands = json.loads((root / "rewrite_candidates" / "summary.json").read_text())
-    verified = json.loads((root / "verified_samples" / "summary.json").read_text())
-    decisions = json.loads((root / "decision_samples" / "summary.json").read_text())
+    cands, verified, decisions = (
+        json.loads((stage_dir(root, s) / "summary.json").read_text())
+        for s in (REWRITE_CANDIDATES, VERIFIED_SAMPLES, DECISION_SAMPLES)
+    )
     per_strategy: dict[str, int] = {}
     for cell, n in cands["cells"].items():
         per_strategy[cell.split("/")[0]] = per_strategy.get(cell.split("/")[0], 0) + n

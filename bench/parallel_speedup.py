@@ -101,9 +101,9 @@ def main() -> int:
     world = args.world
     if args.verified is not None:
         from orchestra.data.report import PARALLEL_AT, available_parallelism, step_seconds
-        from orchestra.data.store import read_verified
+        from orchestra.data.store import read_verified, seeds_dir
 
-        world = args.verified / "seed_tasks"
+        world = seeds_dir(args.verified)
         seconds = step_seconds(AgentParams())
         samples = [s.task for s in read_verified(args.verified)]
         tasks = [t for t in samples if available_parallelism(t, seconds) >= PARALLEL_AT][: args.limit]

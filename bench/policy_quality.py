@@ -22,6 +22,7 @@ from pathlib import Path
 
 from orchestra.answers import answers_equal
 from orchestra.config import data_root, load_params
+from orchestra.data import store
 from orchestra.training.common import evaluate_policy, file_digest, mean_rubric
 from orchestra.training.examples import PolicyView, load_samples, prepare, target_texts
 from orchestra.training.rewards import rubric
@@ -33,7 +34,7 @@ def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  
     from orchestra.training.policy import build_policy, load_policy
 
     view = PolicyView()
-    samples = prepare(load_samples(root / "decision_samples" / "samples.jsonl"), view, params.agent)
+    samples = prepare(load_samples(store.samples_file(root)), view, params.agent)
     train = [p for p in samples if p.sample.split == "train"]
     val = [p for p in samples if p.sample.split == "val"][:limit]
     seen = target_texts(train)
@@ -43,7 +44,7 @@ def decision_rows(params, root: Path, limit: int | None) -> dict[str, object]:  
         texts.append(p.target)
     models = {"untrained": build_policy(params.train.policy, texts, params.train.seed)}
     for recipe in RECIPES:
-        path = root / f"policy_{recipe}" / "model"
+        path = store.model_dir(root, recipe)
         if (path / "config.json").is_file():
             model, tok, view = load_policy(path)
             models[recipe] = (model, tok)
@@ -71,16 +72,14 @@ def end_to_end(params, root: Path, n_tasks: int | None) -> dict[str, float]:  # 
     from orchestra.data.store import read_verified
 
     tasks = [s.task for s in read_verified(root) if s.split == "test"][:n_tasks]
-    seeds_dir = root / "seed_tasks"
+    seeds_dir = store.seeds_dir(root)
     acc: dict[str, float] = {}
     runtime = open_runtime(
         params.agent, params.tools, pages=seeds_dir, media_root=seeds_dir / "media", cache_dir=root
     )
     with runtime as env:
         policies = {"oracle": None}
-        policies.update(
-            {r: root / f"policy_{r}" / "model" for r in RECIPES if (root / f"policy_{r}" / "model").is_dir()}
-        )
+        policies.update({r: store.model_dir(root, r) for r in RECIPES if store.model_dir(root, r).is_dir()})
         for name, path in policies.items():
             right = 0
             trained = None

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from orchestra.config import Params, data_root, load_params, parse_params
+from orchestra.stages import DECISION_SAMPLES, POLICY_SFT, SEED_TASKS, VERIFIED_SAMPLES
 
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "sft_continue": ("sft", {"states": "expert"}),
@@ -84,9 +85,9 @@ def arm_root(src: Path, out: Path) -> Path:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    for name in ("seed_tasks", "verified_samples", "decision_samples"):
+    for name in (SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES):
         (out / name).symlink_to((src / name).resolve())
-    shutil.copytree(src / "policy_sft", out / "policy_sft", ignore=shutil.ignore_patterns("checkpoints"))
+    shutil.copytree(src / POLICY_SFT, out / POLICY_SFT, ignore=shutil.ignore_patterns("checkpoints"))
     for cache in (src / "cache",):
         if cache.is_dir():
             (out / "cache").symlink_to(cache.resolve())
@@ -153,7 +154,7 @@ def run_arm(args: argparse.Namespace, base: Params, src: Path, arm: str, seed: i
         "em": em,
     }
     done.write_text(json.dumps(out, indent=1) + "\n")
-    shutil.rmtree(root / "policy_sft", ignore_errors=True)
+    shutil.rmtree(root / POLICY_SFT, ignore_errors=True)
     return out
 
 

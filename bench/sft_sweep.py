@@ -22,29 +22,32 @@ import tempfile
 import time
 from pathlib import Path
 
+from orchestra.data.store import SAMPLES_FILE
+from orchestra.stages import DECISION_SAMPLES, POLICY_SFT
+
 DEFAULT_POINTS = ("128,2,1000,1300,1.0,1", "128,2,1000,1300,1.0,6", "128,2,1000,1300,1.0,12")
 
 
 def _scratch(root: Path, tmp: Path, fraction: float) -> Path:
     out = tmp / "data"
-    (out / "decision_samples").mkdir(parents=True)
-    rows = [json.loads(x) for x in (root / "decision_samples" / "samples.jsonl").open(encoding="utf-8")]
+    (out / DECISION_SAMPLES).mkdir(parents=True)
+    rows = [json.loads(x) for x in (root / DECISION_SAMPLES / SAMPLES_FILE).open(encoding="utf-8")]
     seeds = sorted({r["seed_id"] for r in rows if r["split"] == "train"})
     keep = set(seeds[: max(1, round(len(seeds) * fraction))])
     text = "".join(json.dumps(r) + "\n" for r in rows if r["split"] != "train" or r["seed_id"] in keep)
-    (out / "decision_samples" / "samples.jsonl").write_text(text, encoding="utf-8")
+    (out / DECISION_SAMPLES / SAMPLES_FILE).write_text(text, encoding="utf-8")
     return out
 
 
 def _by_type(data: Path) -> dict[str, float]:
     """Exact (and structural) rates of the val decisions per type: first (no evidence yet), finish."""
     samples = {}
-    for line in (data / "decision_samples" / "samples.jsonl").open(encoding="utf-8"):
+    for line in (data / DECISION_SAMPLES / SAMPLES_FILE).open(encoding="utf-8"):
         row = json.loads(line)
         if row["split"] == "val":
             first = not row["state"].get("context")
             samples[row["sample_id"]] = "first" if first else row["decision"].get("kind", "delegate")
-    rows = [json.loads(x) for x in (data / "policy_sft" / "val_decisions.jsonl").open(encoding="utf-8")]
+    rows = [json.loads(x) for x in (data / POLICY_SFT / "val_decisions.jsonl").open(encoding="utf-8")]
     out = {}
     for kind, key in (("first", "exact"), ("first", "structural"), ("finish", "exact")):
         got = [r[key] for r in rows if samples[r["sample_id"]] == kind]

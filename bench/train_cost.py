@@ -20,17 +20,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+from orchestra.data.store import SAMPLES_FILE
+from orchestra.stages import DECISION_SAMPLES, POLICY_SFT, SEED_TASKS, VERIFIED_SAMPLES
+
 
 def _scratch(root: Path, tmp: Path, val: int, cache: bool) -> Path:
     out = tmp / "data"
     out.mkdir()
-    for name in ("seed_tasks", "verified_samples", "policy_sft"):
+    for name in (SEED_TASKS, VERIFIED_SAMPLES, POLICY_SFT):
         (out / name).symlink_to((root / name).resolve())
     if cache and (root / "cache").is_dir():
         (out / "cache").symlink_to((root / "cache").resolve())
-    (out / "decision_samples").mkdir()
+    (out / DECISION_SAMPLES).mkdir()
     kept, n_val = [], 0
-    with (root / "decision_samples" / "samples.jsonl").open(encoding="utf-8") as fh:
+    with (root / DECISION_SAMPLES / SAMPLES_FILE).open(encoding="utf-8") as fh:
         for line in fh:
             split = json.loads(line)["split"]
             if split == "val":
@@ -38,7 +41,7 @@ def _scratch(root: Path, tmp: Path, val: int, cache: bool) -> Path:
                 if n_val > val:
                     continue
             kept.append(line)
-    (out / "decision_samples" / "samples.jsonl").write_text("".join(kept), encoding="utf-8")
+    (out / DECISION_SAMPLES / SAMPLES_FILE).write_text("".join(kept), encoding="utf-8")
     return out
 
 
@@ -90,7 +93,7 @@ def main() -> int:
     args = ap.parse_args()
     params = load_params(args.params)
     root = (args.data or data_root(args.params, params)).resolve()
-    if not (root / "policy_sft" / "model" / "config.json").is_file():
+    if not (root / POLICY_SFT / "model" / "config.json").is_file():
         print(f"{root}/policy_sft/model is missing: run make pipeline first")
         return 1
     gp = params.train.dagrpo

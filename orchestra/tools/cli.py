@@ -68,9 +68,7 @@ def _pages(world: Path | None, params_file: Path) -> tuple[Any, Any]:
     tools = params.tools if params is not None else ToolParams()
     if world is not None:
         return PageStore.from_world(world), tools
-    default = (
-        data_root(params_file, params) if params is not None else Path("data").resolve()
-    ) / SEED_TASKS
+    default = (data_root(params_file, params) if params is not None else Path("data").resolve()) / SEED_TASKS
     if has_pages(default):
         return PageStore.from_world(default), tools
     return PageStore.empty(

@@ -54,16 +54,17 @@ def file_digest(path: Path) -> str:
 def init_policy(root: Path, init: str) -> Path:
     """The policy directory a recipe starts from: ``sft`` (``policy_sft/model``), ``sft@N`` (the SFT
     run's snapshot at step N, ``train.sft.snapshot_steps``) or a directory (relative to ``root``)."""
+    from orchestra.data.store import model_dir, policy_stage, stage_dir
     from orchestra.errors import StageError
 
     if init == "sft":
-        path = root / "policy_sft" / "model"
+        path = model_dir(root, "sft")
     elif init.startswith("sft@") and init[4:].isdigit():
-        path = root / "policy_sft" / "snapshots" / f"step-{int(init[4:])}"
+        path = stage_dir(root, policy_stage("sft")) / "snapshots" / f"step-{int(init[4:])}"
     else:
         path = root / init
     if not (path / "config.json").is_file():
-        hint = "materialize policy_sft first" if init.startswith("sft") else "a policy directory"
+        hint = f"materialize {policy_stage('sft')} first" if init.startswith("sft") else "a policy directory"
         raise StageError(f"{path}: no policy for init {init!r}; {hint}")
     return path
 

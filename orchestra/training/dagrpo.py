@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.store import samples_file, stage_dir
+from orchestra.stages import DECISION_SAMPLES, POLICY_DAGRPO
 from orchestra.training.common import (
     RUBRIC_PARTS,
     RecipeRun,
@@ -25,7 +27,6 @@ from orchestra.training.examples import PolicyView, Prepared, load_samples, prep
 from orchestra.training.grpo import grpo_config
 from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
-from orchestra.training.sft import samples_path
 
 __all__ = [
     "distinct_prompts",
@@ -135,19 +136,19 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     from orchestra.training.tracking import log_metrics, log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
-    gp, path = params.train.dagrpo, samples_path(root)
+    gp, path = params.train.dagrpo, samples_file(root)
     start = init_policy(root, gp.init)
     model, tokenizer, view = load_policy(start)
     samples = prepare(load_samples(path), view, params.agent)
     val = [p for p in samples if p.sample.split == "val"]
     digest = file_digest(path)
-    dirs = RunDirs(root / "policy_dagrpo")
+    dirs = RunDirs(stage_dir(root, POLICY_DAGRPO))
     fingerprint = {
         "recipe": "dagrpo",
         "dagrpo": gp.model_dump(mode="json"),
         "seed": params.train.seed,
         "agent": params.agent.model_dump(mode="json"),
-        "decision_samples": digest,
+        DECISION_SAMPLES: digest,
         "start": file_digest(start / "model.safetensors"),
     }
     resume = dirs.prepare(fingerprint)

@@ -10,9 +10,11 @@ from typing import Any
 
 from orchestra.answers import answers_equal
 from orchestra.config import AgentParams, GRPOParams, Params
+from orchestra.data.store import samples_file, stage_dir
 from orchestra.errors import StageError
 from orchestra.lm.chat import ChatResult
 from orchestra.schemas import Task
+from orchestra.stages import POLICY_GRPO
 from orchestra.training.common import (
     RecipeRun,
     RunDirs,
@@ -26,7 +28,6 @@ from orchestra.training.common import (
 )
 from orchestra.training.examples import PolicyView, load_samples, prepare, target_texts
 from orchestra.training.policy import load_policy
-from orchestra.training.sft import samples_path
 
 __all__ = [
     "SamplingChat",
@@ -206,7 +207,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     from orchestra.training.tracking import log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
-    gp, path = params.train.grpo, samples_path(root)
+    gp, path = params.train.grpo, samples_file(root)
     verified = [s for s in read_verified(root) if s.split == "train"]
     if not verified:
         raise StageError(f"{root / 'verified_samples'}: no train tasks for outcome GRPO")
@@ -223,7 +224,7 @@ def train_grpo(params: Params, root: Path) -> TrainResult:
     samples = prepare(load_samples(path), view, params.agent)
     val = [p for p in samples if p.sample.split == "val"]
     seen = target_texts(p for p in samples if p.sample.split == "train")
-    dirs = RunDirs(root / "policy_grpo")
+    dirs = RunDirs(stage_dir(root, POLICY_GRPO))
     fingerprint = {
         "recipe": "grpo",
         "grpo": gp.model_dump(mode="json"),

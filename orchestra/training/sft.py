@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.store import samples_file, stage_dir
 from orchestra.errors import StageError
 from orchestra.schemas import Delegate
+from orchestra.stages import DECISION_SAMPLES, POLICY_SFT
 from orchestra.training.common import (
     RecipeRun,
     RunDirs,
@@ -25,14 +27,7 @@ from orchestra.training.common import (
 from orchestra.training.examples import PolicyView, Prepared, load_samples, prepare
 from orchestra.training.policy import build_policy, load_policy, n_params, read_view
 
-__all__ = ["samples_path", "sft_examples", "train_sft"]
-
-
-def samples_path(root: Path) -> Path:
-    path = root / "decision_samples" / "samples.jsonl"
-    if not path.is_file():
-        raise StageError(f"{path}: no decision samples; materialize decision_samples first")
-    return path
+__all__ = ["sft_examples", "train_sft"]
 
 
 def sft_examples(
@@ -119,7 +114,7 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     from orchestra.training.tracking import log_metrics, log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
-    path = samples_path(root)
+    path = samples_file(root)
     sp = params.train.sft
     init = init_policy(root, sp.init) if sp.init else None
     view = (read_view(init) or PolicyView()) if init else PolicyView()
@@ -129,14 +124,14 @@ def train_sft(params: Params, root: Path) -> TrainResult:
     if not train:
         raise StageError(f"{path}: no train samples")
     digest = file_digest(path)
-    dirs = RunDirs(root / "policy_sft")
+    dirs = RunDirs(stage_dir(root, POLICY_SFT))
     fingerprint = {
         "recipe": "sft",
         "policy": params.train.policy.model_dump(mode="json"),
         "sft": sp.model_dump(mode="json"),
         "seed": params.train.seed,
         "agent": params.agent.model_dump(mode="json"),
-        "decision_samples": digest,
+        DECISION_SAMPLES: digest,
         **({"start": file_digest(init / "model.safetensors")} if init else {}),
     }
     resume = dirs.prepare(fingerprint)

@@ -30,13 +30,13 @@ def rollout_environment(params: Params, root: Path, max_turns: int = 8) -> Abstr
     """The runtime a policy is rolled out on in training: the tool pool over ``root``'s seeds (the
     perception cache as ``tools.cache`` says), the builtin experts."""
     from orchestra.agent.runtime import open_runtime
+    from orchestra.data.store import media_dir, seeds_dir
 
-    seeds = root / "seed_tasks"
     return open_runtime(
         params.agent,
         params.tools,
-        pages=seeds,
-        media_root=seeds / "media",
+        pages=seeds_dir(root),
+        media_root=media_dir(root),
         cache_dir=root,
         max_turns=max_turns,
     )

@@ -15,6 +15,7 @@ from orchestra.config import Params
 from orchestra.errors import OrchestraError
 from orchestra.io import dir_digest
 from orchestra.schemas import DecisionSample
+from orchestra.stages import DECISION_SAMPLES
 
 __all__ = [
     "MODEL_DIGEST_TAG",
@@ -33,7 +34,6 @@ __all__ = [
 MODEL_DIGEST_TAG = "orchestra.model_sha256"
 
 #: the stage each MLflow run of ours belongs to (its inputs' DVC hashes become the run's tags)
-_STAGE = {"sft": "policy_sft", "dagrpo": "policy_dagrpo", "grpo": "policy_grpo", "report": "report"}
 
 
 class TrackingError(OrchestraError):
@@ -122,8 +122,9 @@ def recipe_run(
     import mlflow
     from mlflow.exceptions import MlflowException
 
+    from orchestra.data.store import policy_stage
     from orchestra.lineage import LINEAGE_FILE, dir_md5
-    from orchestra.stages import STAGES
+    from orchestra.stages import REPORT, STAGES
     from orchestra.training.dist import is_main
 
     if not is_main():
@@ -132,7 +133,7 @@ def recipe_run(
 
     uri = tracking_uri(params, root)
     commit = git_commit(root.parent)
-    stage = _STAGE.get(recipe)
+    stage = REPORT if recipe == REPORT else policy_stage(recipe)  # the stage whose run this is
     hashes = {f"dvc.{up}": dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in STAGES[stage].upstream}
     try:
         mlflow.set_tracking_uri(uri)
@@ -216,7 +217,7 @@ def log_samples_input(path: Path, digest: str, samples: Sequence[DecisionSample]
     with warnings.catch_warnings():  # a local path resolves to one of two same-named local sources
         warnings.filterwarnings("ignore", "The specified dataset source can be interpreted in multiple ways")
         dataset = mlflow.data.from_pandas(
-            pd.DataFrame(rows), source=str(path.resolve()), name="decision_samples", digest=digest[:36]
+            pd.DataFrame(rows), source=str(path.resolve()), name=DECISION_SAMPLES, digest=digest[:36]
         )
     try:
         mlflow.log_input(dataset, context=context)
