@@ -40,7 +40,7 @@ pytestmark = [
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from conftest import TINY_TRAIN
 
-    from dagster_project import cluster as profile
+    from launch import cluster as profile
 
     base = tmp_path_factory.mktemp("cluster")
     data = yaml.safe_load((ROOT / "params.yaml").read_text())

@@ -167,7 +167,7 @@ def test_the_lineage_materializes_and_its_blocking_checks_pass(tmp_path: Path, t
 
     ok = _audit(params)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "0 broken" in ok.stdout and "verified_samples GE result" in ok.stdout
+    assert "0 broken" in ok.stdout and "verified_samples GE suite" in ok.stdout
     verified = tmp_path / "data" / "verified_samples" / "verified.jsonl"
     kept = verified.read_bytes()
     verified.write_bytes(kept.replace(b'"split":"train"', b'"split":"test"', 1))  # tampered after training

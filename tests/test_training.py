@@ -220,12 +220,10 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     assert policy.fmt == "lines" and policy.style == "marked"
 
 
-def _registry_link(params: Params, root: Path) -> Any:
+def _link(params: Params, root: Path, name: str = "checkpoint → registered model version") -> Any:
     from orchestra.pipeline.audit import audit
 
-    (link,) = [
-        x for x in audit(params, root, ["orchestra_sft"]) if x.link.endswith("registered model version")
-    ]
+    (link,) = [x for x in audit(params, root, ["orchestra_sft"]) if x.link == name]
     return link
 
 
@@ -264,19 +262,23 @@ def test_a_published_policy_is_a_registered_version_with_its_data_input_and_the_
     scores = root / "benchmark_scores" / "scores.json"
     scores.parent.mkdir()
     scores.write_text(json.dumps({"orchestra_sft": {"policy": "sft"}}))
-    assert _registry_link(params, root).ok, _registry_link(params, root)
+    assert _link(params, root).ok, _link(params, root)
+    shutil.rmtree(root / "policy_sft" / "_run")  # as in a clone: the run is found from the model alone
+    found = _link(params, root, "checkpoint → MLflow run")
+    assert found.ok and f"run {res.run_id} FINISHED" in found.detail, found
     extra = res.model_dir / "notes.txt"
     extra.write_text("edited after registration")
-    changed = _registry_link(params, root)
-    assert not changed.ok and "changed after orchestra-policy@sft = version 1" in changed.detail
+    changed = _link(params, root)
+    assert not changed.ok and "orchestra-policy@sft = version 1 was made from model" in changed.detail
+    assert not _link(params, root, "checkpoint → MLflow run").ok
     extra.unlink()
     pipeline = client.get_run(res.run_id).data.tags["mlflow.parentRunId"]
     other = client.create_model_version("orchestra-policy", "runs:/x/model", pipeline)
     client.set_registered_model_alias("orchestra-policy", "sft", other.version)
-    moved = _registry_link(params, root)
-    assert not moved.ok and f"of run {pipeline}, not the checkpoint's run {res.run_id}" in moved.detail
+    moved = _link(params, root)
+    assert not moved.ok and "was made from no recorded model, not this checkpoint's" in moved.detail
     client.delete_registered_model_alias("orchestra-policy", "sft")
-    gone = _registry_link(params, root)
+    gone = _link(params, root)
     assert not gone.ok and "no version orchestra-policy@sft" in gone.detail
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -128,6 +128,7 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
             "hard_share": round(sum(k.task.level == "Hard" for k in kept) / max(1, len(kept)), 3),
             "benchmark": {"tasks": len(test), "media_files": media},
             "ge_success": ge.success,
+            "ge_expectations": _expectations(ge.statistics),
         }
         atomic_write_text(tmp / "summary.json", dump_json(summary) + "\n")
     run = {
@@ -137,6 +138,11 @@ def build_verified_samples(params: Params, root: Path) -> dict[str, Any]:
         "ge_data_docs": str(final / ge.data_docs_index.relative_to(tmp)),
     }
     return {**summary, "run": run}
+
+
+def _expectations(statistics: dict[str, Any]) -> dict[str, Any]:
+    """How many of the suite's expectations were evaluated, and held, on all candidates."""
+    return {k: statistics.get(f"{k}_expectations") for k in ("evaluated", "successful")}
 
 
 def check_verified(root: Path) -> tuple[bool, str]:

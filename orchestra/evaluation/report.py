@@ -22,7 +22,6 @@ from orchestra.data.store import (
     RUN_DIR,
     model_dir,
     policy_stage,
-    read_run_record,
     read_scores,
     run_dir,
     samples_file,
@@ -31,7 +30,7 @@ from orchestra.data.store import (
 )
 from orchestra.errors import StageError
 from orchestra.evaluation.scoring import CATEGORIES, CATEGORY_SHORT, LEVELS
-from orchestra.io import atomic_dir, atomic_write_text, dump_json
+from orchestra.io import atomic_dir, atomic_write_text, dir_digest, dump_json
 from orchestra.stages import BENCHMARK_SCORES, REPORT
 
 __all__ = ["BY_KEY", "LADDER", "Row", "build_report", "flat_metrics", "markdown_report"]
@@ -253,18 +252,20 @@ def _level_plot(scores: Mapping[str, Any], path: Path) -> None:
 
 
 def reward_histories(params: Params, root: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """The per-step reward metrics of the two GRPO recipes' MLflow runs (their stage's run record names
-    the run): ``reward`` and every ``rewards/<part>/mean``."""
+    """The per-step reward metrics of the two GRPO recipes' MLflow runs (the run of the newest registered
+    version made from the recipe's model): ``reward`` and every ``rewards/<part>/mean``."""
     import mlflow
 
-    from orchestra.training.tracking import tracking_uri
+    from orchestra.training.tracking import checkpoint_versions, tracking_uri
 
     client = mlflow.MlflowClient(tracking_uri(params, root))
     out: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for recipe in ("dagrpo", "grpo"):
-        run_id = read_run_record(root, policy_stage(recipe)).get("mlflow_run_id")
-        if not run_id:
+        model = model_dir(root, recipe)
+        versions = checkpoint_versions(client, params.tracking.registered_model, dir_digest(model))
+        if not model.is_dir() or not versions:
             continue
+        run_id = versions[0].run_id
         run = client.get_run(run_id)
         keys = [
             k for k in run.data.metrics if k == "reward" or (k.startswith("rewards/") and k.endswith("/mean"))

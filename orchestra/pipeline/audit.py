@@ -1,20 +1,21 @@
 """`orchestra audit`: walk a benchmark score back to its seeds and flag every link that no longer holds.
 
 The chain of a row of ``benchmark_scores``: the score → the policy checkpoint it evaluated (the model
-digest each shard's ``run.json`` recorded) → the checkpoint's MLflow run (present, not deleted,
-finished) and its registered model version (the alias ``<recipe>`` of ``tracking.registered_model``:
-that run's, and made from this model folder) → the decision_samples it trained on (the run's data
-tag) → and then, stage by stage, the
-lineage records (``<stage>/lineage.json``): each input hash a stage recorded against that input's
-output now, and each output against what its stage wrote, down to seed_tasks; the Great Expectations
-result and the blocking check of verified_samples on the way.
+digest each shard's ``run.json`` recorded) → the checkpoint's MLflow run (the run of the newest
+registered version of ``tracking.registered_model`` made from that model folder: present, not deleted,
+finished), the alias ``<recipe>`` pointing at this model → the decision_samples the run trained on (its
+data tag) → and then, stage by stage, the lineage records (``<stage>/lineage.json``): each input hash
+a stage recorded against that input's output now, and each output against what its stage wrote, down
+to seed_tasks; the Great Expectations suite, run again on the kept samples, and the blocking check of
+verified_samples on the way. Only versioned data and the MLflow store are read: a clone that pulled the
+data audits as the machine that built it (the run records in ``_run/`` stay on that machine).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,6 @@ from orchestra.data.store import (
     SCORES_FILE,
     model_dir,
     policy_stage,
-    read_run_record,
-    run_dir,
     stage_dir,
 )
 from orchestra.errors import OrchestraError
@@ -61,8 +60,9 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
 
 
-def _stage_links(chain: str, root: Path, start: str) -> list[Link]:
-    """The lineage records of ``start`` and everything upstream of it."""
+def _stage_links(chain: str, root: Path, start: str, ge: Link) -> list[Link]:
+    """The lineage records of ``start`` and everything upstream of it (``ge``: the GE link, checked
+    once for every chain)."""
     out: list[Link] = []
     todo, seen = [start], set()
     while todo:
@@ -91,26 +91,26 @@ def _stage_links(chain: str, root: Path, start: str) -> list[Link]:
             out.append(Link(chain, f"{name} ← {up}", ok, detail))
             todo.append(up)
         if name == VERIFIED_SAMPLES:
-            out.append(_ge_link(chain, root))
+            out.append(replace(ge, chain=chain))
     return out
 
 
-def _ge_link(chain: str, root: Path) -> Link:
-    from orchestra.data.verified import check_verified
+def _ge_link(chain: str, params: Params, root: Path) -> Link:
+    """The Great Expectations suite run again on the kept samples, and what may reach training held
+    (from the versioned data: the stage's own GE result and Data Docs stay in its run record)."""
+    from orchestra.data.verified import check_kept_with_suite, check_verified
 
-    ge = _json(run_dir(stage_dir(root, VERIFIED_SAMPLES)) / "ge" / "validation_result.json")
-    if ge is None:
-        return Link(chain, "verified_samples GE result", False, "no Great Expectations result")
-    ok, detail = check_verified(root)
-    stats = ge.get("statistics", {})
-    held = f"{stats.get('successful_expectations')}/{stats.get('evaluated_expectations')}"
-    what = f"suite {ge.get('suite_name')}: {held} expectations held on every candidate (failures are rejects)"
-    return Link(chain, "verified_samples GE result", ok, f"{what}; kept samples: {detail}")
+    on_all = (_json(stage_dir(root, VERIFIED_SAMPLES) / "summary.json") or {}).get("ge_expectations", {})
+    suite_ok, suite = check_kept_with_suite(root, params)
+    kept_ok, kept = check_verified(root)
+    held = f"{on_all.get('successful', '?')}/{on_all.get('evaluated', '?')}"
+    what = f"{suite}; {held} on all candidates (failures are rejects)"
+    return Link(chain, "verified_samples GE suite", suite_ok and kept_ok, f"{what}; kept samples: {kept}")
 
 
-def _registry_link(chain: str, client: Any, name: str, recipe: str, run_id: str, model: str) -> Link:
-    """The version the alias ``recipe`` of registered model ``name`` points at: made by run ``run_id``
-    from a model folder whose digest is ``model`` (the checkpoint's now)."""
+def _registry_link(chain: str, client: Any, name: str, recipe: str, model: str) -> Link:
+    """The version the alias ``recipe`` of registered model ``name`` points at was made from a model
+    folder whose digest is ``model`` (the checkpoint's now)."""
     from mlflow.exceptions import MlflowException
 
     from orchestra.training.tracking import MODEL_DIGEST_TAG
@@ -121,42 +121,37 @@ def _registry_link(chain: str, client: Any, name: str, recipe: str, run_id: str,
     except MlflowException as e:
         return Link(chain, what, False, f"no version {name}@{recipe}: {e.message}")
     at = f"{name}@{recipe} = version {version.version}"
-    if version.run_id != run_id:
-        return Link(chain, what, False, f"{at} of run {version.run_id}, not the checkpoint's run {run_id}")
     want = version.tags.get(MODEL_DIGEST_TAG)
     if want != model:
-        return Link(chain, what, False, f"the checkpoint changed after {at} was registered: {want} → {model}")
+        made = f"model {want[:16]}" if want else "no recorded model"
+        return Link(chain, what, False, f"{at} was made from {made}, not this checkpoint's {model[:16]}")
     return Link(chain, what, True, f"{at}, model {model[:16]}")
 
 
 def _mlflow_links(chain: str, params: Params, root: Path, recipe: str, model: str) -> list[Link]:
-    """The checkpoint of ``recipe`` (its model folder's digest ``model``) → its MLflow run → its
-    registered model version, and the run → the decision samples it read."""
+    """The checkpoint of ``recipe`` (its model folder's digest ``model``) → its MLflow run (the run
+    of the newest registered version made from that model) and the alias ``recipe`` → this model,
+    and the run → the decision samples it read."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from orchestra.training.tracking import tracking_uri
+    from orchestra.training.tracking import checkpoint_versions, tracking_uri
 
-    policy_dir = stage_dir(root, policy_stage(recipe))
-    run_id = read_run_record(root, policy_dir.name).get("mlflow_run_id")
-    if not run_id:
-        return [Link(chain, "checkpoint → MLflow run", False, f"{policy_dir}: a checkpoint without a run")]
+    name, what = params.tracking.registered_model, "checkpoint → MLflow run"
     client = mlflow.MlflowClient(tracking_uri(params, root))
+    out = [_registry_link(chain, client, name, recipe, model)]
+    versions = checkpoint_versions(client, name, model)
+    if not versions:
+        return [*out, Link(chain, what, False, f"no version of {name} was made from model {model[:16]}")]
+    run_id = versions[0].run_id
     try:
         run = client.get_run(run_id)
     except MlflowException as e:
-        return [Link(chain, "checkpoint → MLflow run", False, f"run {run_id} is missing: {e.error_code}")]
+        return [*out, Link(chain, what, False, f"run {run_id} is missing: {e.error_code}")]
     if run.info.lifecycle_stage != "active":
-        return [Link(chain, "checkpoint → MLflow run", False, f"run {run_id} was deleted")]
-    out = [
-        Link(
-            chain,
-            "checkpoint → MLflow run",
-            run.info.status == "FINISHED",
-            f"run {run_id} {run.info.status}, commit {run.data.tags.get('git_commit', '?')[:12]}",
-        ),
-        _registry_link(chain, client, params.tracking.registered_model, recipe, run_id, model),
-    ]
+        return [*out, Link(chain, what, False, f"run {run_id} was deleted")]
+    status = f"run {run_id} {run.info.status}, commit {run.data.tags.get('git_commit', '?')[:12]}"
+    out.append(Link(chain, what, run.info.status == "FINISHED", status))
     want = run.data.tags.get("orchestra.decision_samples_sha256")
     have = _file_sha256(stage_dir(root, DECISION_SAMPLES) / SAMPLES_FILE)
     ok = want == have
@@ -165,7 +160,7 @@ def _mlflow_links(chain: str, params: Params, root: Path, recipe: str, model: st
     return out
 
 
-def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
+def _row_links(params: Params, root: Path, row: str, policy: str, ge: Link) -> list[Link]:
     from orchestra.evaluation.ladder import shard_dir
 
     chain = row
@@ -180,7 +175,7 @@ def _row_links(params: Params, root: Path, row: str, policy: str) -> list[Link]:
         detail = f"model {model[:16]}" if ok else "the checkpoint changed after it was scored"
         out.append(Link(chain, f"score shard-{k} → checkpoint", ok, detail))
     out += _mlflow_links(chain, params, root, policy, model)
-    out += _stage_links(chain, root, policy_stage(policy))
+    out += _stage_links(chain, root, policy_stage(policy), ge)
     return out
 
 
@@ -197,7 +192,8 @@ def audit(params: Params, root: Path, rows: list[str] | None = None) -> list[Lin
         raise AuditError(
             f"rows {unknown} are not trained-policy rows of the scores; valid: {sorted(trained)}"
         )
-    links = _stage_links(BENCHMARK_SCORES, root, BENCHMARK_SCORES)
+    ge = _ge_link(BENCHMARK_SCORES, params, root)
+    links = _stage_links(BENCHMARK_SCORES, root, BENCHMARK_SCORES, ge)
     for row in rows or sorted(trained):
-        links += _row_links(params, root, row, trained[row])
+        links += _row_links(params, root, row, trained[row], ge)
     return links

@@ -20,6 +20,7 @@ from orchestra.stages import DECISION_SAMPLES
 __all__ = [
     "MODEL_DIGEST_TAG",
     "TrackingError",
+    "checkpoint_versions",
     "ensure_experiment",
     "git_commit",
     "log_metrics",
@@ -32,8 +33,6 @@ __all__ = [
 
 #: the tag of a registered model version that holds the digest of the model folder it was made from
 MODEL_DIGEST_TAG = "orchestra.model_sha256"
-
-#: the stage each MLflow run of ours belongs to (its inputs' DVC hashes become the run's tags)
 
 
 class TrackingError(OrchestraError):
@@ -247,6 +246,20 @@ def register_policy(name: str, recipe: str, run_id: str, model_dir: Path) -> int
     except MlflowException as e:
         raise TrackingError(f"registering run {run_id}'s model as {name}@{recipe}: {e}") from e
     return int(version.version)
+
+
+def checkpoint_versions(client: Any, name: str, model_digest: str) -> list[Any]:
+    """The versions of registered model ``name`` made from a model folder whose digest is
+    ``model_digest``, newest first (each names its run). How a checkpoint finds its MLflow run from
+    versioned data alone: the run record that also names it stays on the machine that trained."""
+    from mlflow.exceptions import MlflowException
+
+    query = f"name = '{name}' and tags.`{MODEL_DIGEST_TAG}` = '{model_digest}'"
+    try:
+        found = client.search_model_versions(query)
+    except MlflowException as e:
+        raise TrackingError(f"searching {name}'s versions of model {model_digest[:16]}: {e}") from e
+    return sorted(found, key=lambda v: int(v.version), reverse=True)
 
 
 def step_callback() -> Any:
