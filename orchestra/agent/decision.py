@@ -286,7 +286,11 @@ def validate_decision(action: Action, ctx: ValidationContext) -> ParseError | No
     resolvable evidence or an ancestor in the batch). Finish: references in the answer. Search:
     backend, its skill, references in the query.
     """
-    if isinstance(action, Finish):
+    if isinstance(action, Finish):  # the runtime substitutes evidence values into it, never a modal input
+        modal = next((r for r in find_refs(action.answer) if r.kind == "M"), None)
+        if modal is not None:
+            why = f"answer: #{modal.key} names a modal input, which has no value to answer with"
+            return _err(ErrorKind.UNKNOWN_REFERENCE, why)
         return _refs_error(action.answer, "answer", ctx)
     if isinstance(action, MaestroSearch):
         return _check_subtask(

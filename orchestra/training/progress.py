@@ -1,0 +1,158 @@
+"""The progress reward: what a decision does for the task's reference solution, in whole levels.
+
+A decision is judged as the project's expert judges a state (:mod:`orchestra.agent.expert`): a
+sub-task completes a pending program step only when its goal, the state's evidence values
+substituted, is that step's goal exactly and it lists the step's tools (and, for a step the expert
+escalates, runs on the backend it escalates to). A step may build on another the same batch
+completes, through the ``#E`` reference of the sub-task completing it, so a whole plan can score in
+one turn. No string similarity: two decisions that complete the same steps with the same waste tie.
+
+The reward is net progress, in [-1, 1]:
+
+- a finish: 1 when its answer, substituted as the runtime does, equals the task's answer; else -1
+  (the task is lost);
+- text that does not parse, or a decision the runtime would reject (:func:`validate_decision`, and a
+  finish answer whose references the runtime cannot substitute): 0 (a lost turn, no progress);
+- a delegate: ``(useful - wasted - serialised) / pending``, clipped to [-1, 1], where ``useful``
+  counts sub-tasks completing a pending step, ``wasted`` the others (a wrong reading, a duplicate,
+  work the program does not need, and every sub-task built on a wasted one), ``serialised`` the
+  useful sub-tasks that wait on a same-batch sub-task their step does not read, and ``pending`` the
+  steps not yet done (the whole program when the answer is in: then every sub-task is waste).
+
+So a wrong plan scores below the right part of it alone, a wrong finish below any decision that
+keeps the task alive, and a useful re-check above a wrong finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestra.agent.decision import Format, ParseError, parse_decision, resolve, search_to_delegate
+from orchestra.agent.decision import validate_decision as _validate
+from orchestra.agent.expert import Progress, program_inputs, progress, step_goal
+from orchestra.agent.refs import ReferenceError_, modal_key, next_subtask_id, substitute
+from orchestra.agent.state import OrchestraState, validation_context
+from orchestra.answers import answers_equal
+from orchestra.schemas import Delegate, Finish, MaestroSearch, SolutionStep, SubTask
+
+__all__ = ["progress_reward", "runtime_answer"]
+
+
+def runtime_answer(answer: str, state: OrchestraState) -> str:
+    """``answer`` as the runtime substitutes it at a finish (ok evidence values only: a ``#M``
+    reference names no value there); :class:`ReferenceError_` when a reference names none."""
+    return substitute(answer, {e.id: e.value for e in state.context if e.ok})
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _inputs(state: OrchestraState) -> dict[str, tuple[str, str]]:
+    return {m.id: (modal_key(i), m.type) for i, m in enumerate(state.modal_inputs)}
+
+
+def _expected(
+    step: SolutionStep, ids: Mapping[str, str], state: OrchestraState, values: Mapping[str, Any]
+) -> Any:
+    """The step's goal, tools and modal input as the expert would delegate it (``ids``: var -> id of
+    the evidence or same-batch sub-task that holds it), its values substituted; None if one is missing."""
+    kind = step_goal(step, ids, _inputs(state))
+    try:
+        return _norm(substitute(kind.goal, values)), set(kind.tools), kind.modal
+    except ReferenceError_:
+        return None
+
+
+def _matches(st: SubTask, want: Any, values: Mapping[str, Any], escalate_to: str | None) -> bool:
+    goal, tools, modal = want
+    try:
+        got = _norm(substitute(st.goal, values))
+    except ReferenceError_:
+        return False
+    mods = {m.strip().lstrip("#") for m in st.modalities}
+    return (
+        got == goal
+        and tools <= set(st.tools)
+        and (modal is None or modal in mods)
+        and (escalate_to is None or st.backend == escalate_to)
+    )
+
+
+def _plan(
+    subtasks: Sequence[SubTask], state: OrchestraState, program: Sequence[SolutionStep], prog: Progress
+) -> dict[str, str]:
+    """Sub-task id -> the pending step it completes, each step and sub-task used once: steps are tried
+    in program order, again while a step completed in this batch makes another one ready."""
+    values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(state.modal_inputs))}
+    values.update({e.id: e.value for e in state.context if e.ok})
+    values.update({st.id: f"#{st.id}" for st in subtasks})  # a same-batch reference stays itself
+    ids, done = dict(prog.done), {}
+    changed = True
+    while changed:
+        changed = False
+        for step in program:
+            if step.out in ids or any(v not in ids for v in program_inputs(step)):
+                continue
+            want = _expected(step, ids, state, values)
+            free = [st for st in subtasks if st.id not in done]
+            hit = next(
+                (st for st in free if want and _matches(st, want, values, prog.escalate.get(step.out))), None
+            )
+            if hit is not None:
+                ids[step.out], done[hit.id] = hit.id, step.out
+                changed = True
+    return done
+
+
+def _serialised(subtasks: Sequence[SubTask], done: Mapping[str, str], program: Sequence[SolutionStep]) -> int:
+    """Useful sub-tasks that depend on a same-batch sub-task their step does not read (a wasted one
+    is counted once, as waste)."""
+    batch = {st.id for st in subtasks}
+    by_var = {v: k for k, v in done.items()}
+    reads = {s.out: {by_var.get(v) for v in program_inputs(s)} for s in program}
+    out = 0
+    for st in (st for st in subtasks if st.id in done):
+        needed = reads[done[st.id]]
+        out += any(d.strip().lstrip("#") in batch - needed for d in st.depends_on)
+    return out
+
+
+def _delegate_score(
+    d: Delegate, state: OrchestraState, program: Sequence[SolutionStep], escalate_below: float | None
+) -> float:
+    prog = progress(state, program, escalate_below=escalate_below)
+    pending = [s for s in program if s.out not in prog.done]
+    done = _plan(d.subtasks, state, program, prog)
+    useful, wasted = len(done), len(d.subtasks) - len(done)
+    net = (useful - wasted - _serialised(d.subtasks, done, program)) / (len(pending) or len(program))
+    return max(-1.0, min(1.0, net))
+
+
+def progress_reward(
+    text: str,
+    state: OrchestraState,
+    program: Sequence[SolutionStep],
+    answer: str,
+    fmt: Format = "lines",
+    escalate_below: float | None = None,
+) -> float:
+    """The progress reward of one policy output in ``state`` (module docstring): ``program`` is the
+    task's reference solution, ``answer`` its labelled answer, ``escalate_below`` the expert's
+    escalation threshold (``agent.escalation_confidence``; None: no escalation)."""
+    ctx = validation_context(state)
+    action = parse_decision(text, fmt=fmt)
+    if isinstance(action, ParseError):
+        return 0.0
+    action = resolve(action, ctx)
+    if isinstance(action, ParseError) or _validate(action, ctx) is not None:
+        return 0.0
+    if isinstance(action, Finish):
+        try:
+            return 1.0 if answers_equal(runtime_answer(action.answer, state), answer) else -1.0
+        except ReferenceError_:
+            return 0.0  # the runtime cannot substitute it: the turn is lost
+    if isinstance(action, MaestroSearch):
+        action = search_to_delegate(action, next_subtask_id(e.id for e in state.context))
+    return _delegate_score(action, state, program, escalate_below)
