@@ -93,8 +93,9 @@ def test_finishes_right_wrong_and_one_the_runtime_cannot_substitute(
     assert _score(Finish(answer="#E4"), done, task) == -1.0  # the task is lost
     again = Delegate(subtasks=[dag.subtasks[0].model_copy(update={"id": "E6"})])
     assert _score(again, done, task) == pytest.approx(-1 / 5)  # the answer is in: a wasted call
-    text = '{"action": "finish", "answer": "#M1"}'
-    assert _score(text, done, task) == 0.0  # a lost turn: valid to the old check, not to the runtime
+    assert (
+        _score(Finish(answer="#M1"), done, task) == 0.0
+    )  # a lost turn: valid to the old check, not to the runtime
     assert validate_decision(Finish(answer="#M1"), validation_context(done)) is not None
     assert _score("not a decision", done, task) == 0.0
 

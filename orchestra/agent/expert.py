@@ -66,8 +66,11 @@ __all__ = [
     "Routing",
     "StepGoal",
     "expert_decision",
+    "goal_values",
+    "modal_inputs",
     "program_inputs",
     "progress",
+    "rendered_goal",
     "step_backend",
     "step_goal",
     "stronger_backend",
@@ -172,8 +175,26 @@ def stronger_backend(cards: Sequence[BackendCard], skill: str, tried: set[str]) 
     return min(better, key=lambda c: (-level[c.name], c.price_per_call, c.name)).name
 
 
-def _modal_inputs(state: OrchestraState) -> dict[str, tuple[str, str]]:
+def modal_inputs(state: OrchestraState) -> dict[str, tuple[str, str]]:
+    """Each modal input's id -> (its ``M<n>`` key, its type), as :func:`step_goal` reads them."""
     return {m.id: (modal_key(i), m.type) for i, m in enumerate(state.modal_inputs)}
+
+
+def goal_values(state: OrchestraState) -> dict[str, Any]:
+    """What a goal's references stand for when the scheduler runs it: ``#M<n>`` itself, ``#E<n>`` the
+    value of ok evidence."""
+    values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(state.modal_inputs))}
+    values.update({e.id: e.value for e in state.context if e.ok})
+    return values
+
+
+def rendered_goal(goal: str, values: Mapping[str, Any]) -> str | None:
+    """``goal`` as the scheduler runs it (``values``: :func:`goal_values`, or more), whitespace-normalised;
+    None when a reference names no value."""
+    try:
+        return _norm(substitute(goal, values))
+    except ReferenceError_:
+        return None
 
 
 def progress(
@@ -195,18 +216,14 @@ def progress(
     there is none, the surest ok evidence is accepted (a failed-only step stays pending for a plain
     retry).
     """
-    inputs = _modal_inputs(state)
-    values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(state.modal_inputs))}
-    values.update({e.id: e.value for e in state.context if e.ok})
+    inputs, values = modal_inputs(state), goal_values(state)
     out = Progress()
     for step in program:
         needs = program_inputs(step)
         if any(v not in out.done for v in needs):
             continue
-        raw = step_goal(step, out.done, inputs).goal
-        try:
-            expected = _norm(substitute(raw, values))
-        except ReferenceError_:
+        expected = rendered_goal(step_goal(step, out.done, inputs).goal, values)
+        if expected is None:
             continue
         matches = [e for e in state.context if _norm(e.goal) == expected]
         oks = [e for e in matches if e.ok]
@@ -319,7 +336,7 @@ def expert_decision(
         raise ExpertError("no step of the program is ready (a step reads a variable no step defines)")
     first = int(next_subtask_id(e.id for e in state.context)[1:])
     ids = dict(prog.done)
-    inputs = _modal_inputs(state)
+    inputs = modal_inputs(state)
     subtasks = []
     for k, s in enumerate(chosen):
         ids[s.out] = f"E{first + k}"

@@ -26,56 +26,41 @@ keeps the task alive, and a useful re-check above a wrong finish.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from orchestra.agent.decision import Format, ParseError, parse_decision, resolve, search_to_delegate
-from orchestra.agent.decision import validate_decision as _validate
-from orchestra.agent.expert import Progress, program_inputs, progress, step_goal
-from orchestra.agent.refs import ReferenceError_, modal_key, next_subtask_id, substitute
+from orchestra.agent.decision import Format, ParseError, parse_decision, search_to_delegate
+from orchestra.agent.expert import (
+    Progress,
+    goal_values,
+    modal_inputs,
+    program_inputs,
+    progress,
+    rendered_goal,
+    step_goal,
+)
+from orchestra.agent.refs import ReferenceError_, next_subtask_id
 from orchestra.agent.state import OrchestraState, validation_context
 from orchestra.answers import answers_equal
 from orchestra.schemas import Delegate, Finish, MaestroSearch, SolutionStep, SubTask
+from orchestra.training.rewards import resolve_answer
 
-__all__ = ["progress_reward", "runtime_answer"]
-
-
-def runtime_answer(answer: str, state: OrchestraState) -> str:
-    """``answer`` as the runtime substitutes it at a finish (ok evidence values only: a ``#M``
-    reference names no value there); :class:`ReferenceError_` when a reference names none."""
-    return substitute(answer, {e.id: e.value for e in state.context if e.ok})
+__all__ = ["progress_reward"]
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.split())
+class _Want(NamedTuple):
+    """A pending step as the expert would delegate it: its rendered goal, tools and modal input."""
+
+    goal: str
+    tools: set[str]
+    modal: str | None
 
 
-def _inputs(state: OrchestraState) -> dict[str, tuple[str, str]]:
-    return {m.id: (modal_key(i), m.type) for i, m in enumerate(state.modal_inputs)}
-
-
-def _expected(
-    step: SolutionStep, ids: Mapping[str, str], state: OrchestraState, values: Mapping[str, Any]
-) -> Any:
-    """The step's goal, tools and modal input as the expert would delegate it (``ids``: var -> id of
-    the evidence or same-batch sub-task that holds it), its values substituted; None if one is missing."""
-    kind = step_goal(step, ids, _inputs(state))
-    try:
-        return _norm(substitute(kind.goal, values)), set(kind.tools), kind.modal
-    except ReferenceError_:
-        return None
-
-
-def _matches(st: SubTask, want: Any, values: Mapping[str, Any], escalate_to: str | None) -> bool:
-    goal, tools, modal = want
-    try:
-        got = _norm(substitute(st.goal, values))
-    except ReferenceError_:
-        return False
+def _matches(st: SubTask, want: _Want, values: Mapping[str, Any], escalate_to: str | None) -> bool:
     mods = {m.strip().lstrip("#") for m in st.modalities}
     return (
-        got == goal
-        and tools <= set(st.tools)
-        and (modal is None or modal in mods)
+        rendered_goal(st.goal, values) == want.goal
+        and want.tools <= set(st.tools)
+        and (want.modal is None or want.modal in mods)
         and (escalate_to is None or st.backend == escalate_to)
     )
 
@@ -85,20 +70,21 @@ def _plan(
 ) -> dict[str, str]:
     """Sub-task id -> the pending step it completes, each step and sub-task used once: steps are tried
     in program order, again while a step completed in this batch makes another one ready."""
-    values: dict[str, Any] = {modal_key(i): f"#{modal_key(i)}" for i in range(len(state.modal_inputs))}
-    values.update({e.id: e.value for e in state.context if e.ok})
-    values.update({st.id: f"#{st.id}" for st in subtasks})  # a same-batch reference stays itself
-    ids, done = dict(prog.done), {}
+    values = goal_values(state) | {st.id: f"#{st.id}" for st in subtasks}  # same-batch refs stay
+    inputs, ids, done = modal_inputs(state), dict(prog.done), {}
     changed = True
     while changed:
         changed = False
         for step in program:
             if step.out in ids or any(v not in ids for v in program_inputs(step)):
                 continue
-            want = _expected(step, ids, state, values)
-            free = [st for st in subtasks if st.id not in done]
+            kind = step_goal(step, ids, inputs)
+            goal = rendered_goal(kind.goal, values)
+            if goal is None:
+                continue
+            want, escalate_to = _Want(goal, set(kind.tools), kind.modal), prog.escalate.get(step.out)
             hit = next(
-                (st for st in free if want and _matches(st, want, values, prog.escalate.get(step.out))), None
+                (st for st in subtasks if st.id not in done and _matches(st, want, values, escalate_to)), None
             )
             if hit is not None:
                 ids[step.out], done[hit.id] = hit.id, step.out
@@ -141,18 +127,14 @@ def progress_reward(
     """The progress reward of one policy output in ``state`` (module docstring): ``program`` is the
     task's reference solution, ``answer`` its labelled answer, ``escalate_below`` the expert's
     escalation threshold (``agent.escalation_confidence``; None: no escalation)."""
-    ctx = validation_context(state)
-    action = parse_decision(text, fmt=fmt)
+    action = parse_decision(text, fmt=fmt, context=validation_context(state))  # the runtime's check
     if isinstance(action, ParseError):
-        return 0.0
-    action = resolve(action, ctx)
-    if isinstance(action, ParseError) or _validate(action, ctx) is not None:
         return 0.0
     if isinstance(action, Finish):
         try:
-            return 1.0 if answers_equal(runtime_answer(action.answer, state), answer) else -1.0
+            return 1.0 if answers_equal(resolve_answer(action.answer, state), answer) else -1.0
         except ReferenceError_:
-            return 0.0  # the runtime cannot substitute it: the turn is lost
+            return 0.0  # a value that cannot be written out: the runtime cannot answer with it
     if isinstance(action, MaestroSearch):
         action = search_to_delegate(action, next_subtask_id(e.id for e in state.context))
     return _delegate_score(action, state, program, escalate_below)
