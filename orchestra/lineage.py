@@ -24,6 +24,7 @@ __all__ = [
     "LINEAGE_FILE",
     "dir_md5",
     "fingerprint",
+    "output_md5",
     "read_record",
     "record",
     "up_to_date",
@@ -57,6 +58,11 @@ def dir_md5(path: Path, exclude: Container[str] = ()) -> str:
     entries.sort(key=lambda e: e["relpath"])
     listing = json.dumps(entries, sort_keys=True).encode("utf-8")
     return hashlib.md5(listing, usedforsecurity=False).hexdigest() + ".dir"
+
+
+def output_md5(root: Path, name: str) -> str:
+    """Stage ``name``'s output as its lineage record hashes it: its folder, less the record itself."""
+    return dir_md5(Path(root) / name, exclude=(LINEAGE_FILE,))
 
 
 def _code_digest(paths: tuple[str, ...]) -> str:
@@ -103,7 +109,7 @@ def fingerprint(stage: Stage, params: Params, root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {
         "params": _params_subset(params, stage.params),
         "code": _code_digest(code_paths(stage)),
-        "inputs": {up: dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in stage.upstream},
+        "inputs": {up: output_md5(root, up) for up in stage.upstream},
         "external": _external(stage.name, params, root),
     }
     out["digest"] = hashlib.sha256(dump_json(out).encode("utf-8")).hexdigest()
@@ -126,7 +132,7 @@ def record(name: str, root: Path, fp: Mapping[str, Any], summary: Mapping[str, A
     rec = {
         "stage": name,
         **fp,
-        "outputs": dir_md5(Path(root) / name, exclude=(LINEAGE_FILE,)),
+        "outputs": output_md5(root, name),
         "summary": dict(summary),
     }
     atomic_write_text(Path(root) / name / LINEAGE_FILE, dump_json(rec) + "\n")
@@ -139,6 +145,6 @@ def up_to_date(stage: Stage, params: Params, root: Path) -> dict[str, Any] | Non
     rec = read_record(root, stage.name)
     if rec is None or rec.get("digest") != fingerprint(stage, params, root)["digest"]:
         return None
-    if rec.get("outputs") != dir_md5(Path(root) / stage.name, exclude=(LINEAGE_FILE,)):
+    if rec.get("outputs") != output_md5(root, stage.name):
         return None  # edited or cut short after it was built
     return rec

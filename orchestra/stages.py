@@ -74,6 +74,9 @@ class Stage:
 
 
 _TRAINING = dict(group="training", kinds=("pytorch", "mlflow"), all_cores=True, resumable=True)
+#: what a recipe that rolls the start policy out on train tasks reads besides its own section (SFT's and
+#: DA-GRPO's policy states), and its MLflow store
+_ROLLOUTS = ("agent", "tools", "eval.max_turns", "eval.concurrency", "tracking")
 
 _ROWS: tuple[Stage, ...] = (
     Stage(
@@ -158,8 +161,7 @@ _ROWS: tuple[Stage, ...] = (
         POLICY_SFT,
         "orchestra.training.run:policy_sft",
         upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES),
-        params=("train.seed", "train.policy", "train.sft", "agent", "tools", "eval.max_turns")
-        + ("eval.concurrency", "tracking"),
+        params=("train.seed", "train.policy", "train.sft", *_ROLLOUTS),
         rows="training samples",
         description="The SFT policy: a Qwen3 trained from scratch (TRL SFTTrainer) on the decision samples "
         "(or continued from train.sft.init, with its own states relabelled: DAgger); exact, structural, "
@@ -170,8 +172,7 @@ _ROWS: tuple[Stage, ...] = (
         POLICY_DAGRPO,
         "orchestra.training.run:policy_dagrpo",
         upstream=(SEED_TASKS, VERIFIED_SAMPLES, DECISION_SAMPLES, POLICY_SFT),
-        params=("train.seed", "train.dagrpo", "agent", "providers", "tools", "eval.max_turns")
-        + ("eval.concurrency", "tracking"),
+        params=("train.seed", "train.dagrpo", "providers", *_ROLLOUTS),
         rows="decision prompts",
         description="DA-GRPO from the SFT policy: groups of decisions per state (the expert's, the policy's "
         "own relabelled by the expert, or both: train.dagrpo.states) scored by the rubric reward against "

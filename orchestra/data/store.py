@@ -41,6 +41,7 @@ __all__ = [
     "ANCHORS_FILE",
     "BENCHMARK_DIR",
     "CANDIDATES_FILE",
+    "CLOCK_FILE",
     "CLOCK_KEYS",
     "KB_DIR",
     "MATERIAL_FILE",
@@ -52,6 +53,7 @@ __all__ = [
     "SCORES_FILE",
     "SOLUTIONS_FILE",
     "TASKS_FILE",
+    "TIMING_FILE",
     "TRAJECTORIES_FILE",
     "VERIFIED_FILE",
     "benchmark_file",
@@ -81,6 +83,10 @@ __all__ = [
 RUN_DIR = "_run"
 #: the runner's record of one run of a stage: when, how long, and what the stage measured
 RUN_FILE = "run.json"
+#: in a run record folder: one line per trajectory or evaluated item, its clock readings (:func:`split_clock`)
+CLOCK_FILE = "clock.jsonl"
+#: in a run record folder: latency percentiles and wall seconds (an evaluation's, benchmark_scores' rows)
+TIMING_FILE = "timing.json"
 
 
 #: seed_tasks: the tasks (OmniGAIA format), their media, the pages search and browse read

@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestra.config import Params
 from orchestra.data.store import (
+    CLOCK_FILE,
     SAMPLES_FILE,
     TRAJECTORIES_FILE,
     media_dir,
@@ -28,9 +29,6 @@ from orchestra.schemas import DecisionSample, Delegate, Trajectory, VerifiedSamp
 from orchestra.stages import DECISION_SAMPLES, EXPERT_TRAJECTORIES
 
 __all__ = ["build_decision_samples", "build_expert_trajectories", "check_decision_samples"]
-
-#: the expert trajectories' timings, in their stage's run record
-CLOCK_FILE = "clock.jsonl"
 
 
 def build_expert_trajectories(params: Params, root: Path, concurrency: int = 2) -> dict[str, Any]:

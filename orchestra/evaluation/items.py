@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.answers import exact_match, numeric_match
-from orchestra.data.store import run_dir
+from orchestra.data.store import CLOCK_FILE, TIMING_FILE, run_dir
 from orchestra.evaluation.scoring import LLMJudge, latency_summary, summarize
 from orchestra.io import atomic_write_text, dump_json, record_dict
 from orchestra.schemas import Task, Trajectory
 
 __all__ = [
-    "CLOCK_FILE",
     "ITEMS_FILE",
-    "TIMING_FILE",
     "append_line",
     "base_item",
     "failed_item",
@@ -39,10 +37,6 @@ __all__ = [
 ]
 
 ITEMS_FILE = "items.jsonl"
-#: under ``<out>/_run/``: one line per finished item (its latency and its trajectory's timings)
-CLOCK_FILE = "clock.jsonl"
-#: under ``<out>/_run/``: the latency percentiles of the items that ran
-TIMING_FILE = "timing.json"
 
 
 def load_items(out: Path) -> dict[str, dict[str, Any]]:

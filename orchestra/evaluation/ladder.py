@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
-from orchestra.data.store import RUN_DIR, SCORES_FILE, benchmark_file, run_dir, stage_dir
+from orchestra.data.store import RUN_DIR, SCORES_FILE, TIMING_FILE, benchmark_file, run_dir, stage_dir
 from orchestra.errors import StageError
 from orchestra.evaluation.report import (
     BY_KEY,
     METRICS_FILE,
-    TIMING_FILE,
     Row,
     flat_metrics,
     read_timing,

@@ -20,6 +20,7 @@ from typing import Any
 from orchestra.config import Params
 from orchestra.data.store import (
     RUN_DIR,
+    TIMING_FILE,
     model_dir,
     policy_stage,
     read_scores,
@@ -71,8 +72,6 @@ BY_KEY = {r.key: r for r in LADDER}
 METRICS_FILE = "benchmark_metrics.json"
 #: the run's latencies beside report.md, in the report's run record
 TIMING_REPORT = f"{RUN_DIR}/timing.md"
-#: in benchmark_scores' run record: each row's wall seconds and latency percentiles over every shard
-TIMING_FILE = "timing.json"
 
 
 def in_ladder_order(scores: Mapping[str, Any]) -> dict[str, Any]:
@@ -262,8 +261,10 @@ def reward_histories(params: Params, root: Path) -> dict[str, dict[str, list[tup
     out: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for recipe in ("dagrpo", "grpo"):
         model = model_dir(root, recipe)
+        if not model.is_dir():
+            continue
         versions = checkpoint_versions(client, params.tracking.registered_model, dir_digest(model))
-        if not model.is_dir() or not versions:
+        if not versions:
             continue
         run_id = versions[0].run_id
         run = client.get_run(run_id)

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import AgentParams, Params, ProviderSpec
-from orchestra.data.store import model_dir, run_dir, split_clock
+from orchestra.data.store import CLOCK_FILE, model_dir, run_dir, split_clock
 from orchestra.errors import OrchestraError
 from orchestra.evaluation.items import (
-    CLOCK_FILE,
     ITEMS_FILE,
     append_line,
     base_item,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from orchestra.data.store import (
 )
 from orchestra.errors import OrchestraError
 from orchestra.io import dir_digest
-from orchestra.lineage import LINEAGE_FILE, dir_md5, read_record
+from orchestra.lineage import LINEAGE_FILE, output_md5, read_record
 from orchestra.stages import BENCHMARK_SCORES, DECISION_SAMPLES, STAGES, VERIFIED_SAMPLES
 
 __all__ = ["AuditError", "Link", "audit"]
@@ -60,9 +60,23 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
 
 
-def _stage_links(chain: str, root: Path, start: str, ge: Link) -> list[Link]:
-    """The lineage records of ``start`` and everything upstream of it (``ge``: the GE link, checked
-    once for every chain)."""
+@dataclass
+class _Now:
+    """What the data folder holds now, read once for every chain: each stage output's hash, the GE link."""
+
+    root: Path
+    ge: Link
+    hashes: dict[str, str] = field(default_factory=dict)
+
+    def md5(self, name: str) -> str:
+        if name not in self.hashes:
+            self.hashes[name] = output_md5(self.root, name)
+        return self.hashes[name]
+
+
+def _stage_links(chain: str, start: str, now: _Now) -> list[Link]:
+    """The lineage records of ``start`` and everything upstream of it."""
+    root = now.root
     out: list[Link] = []
     todo, seen = [start], set()
     while todo:
@@ -74,24 +88,18 @@ def _stage_links(chain: str, root: Path, start: str, ge: Link) -> list[Link]:
         if rec is None:
             out.append(Link(chain, f"{name} record", False, f"{root / name / LINEAGE_FILE} is missing"))
             continue
-        now = dir_md5(root / name, exclude=(LINEAGE_FILE,))
-        ok = now == rec.get("outputs")
-        out.append(
-            Link(
-                chain,
-                f"{name} output",
-                ok,
-                now if ok else f"changed after it was built: {rec.get('outputs')} → {now}",
-            )
-        )
+        built = now.md5(name)
+        ok = built == rec.get("outputs")
+        detail = built if ok else f"changed after it was built: {rec.get('outputs')} → {built}"
+        out.append(Link(chain, f"{name} output", ok, detail))
         for up in STAGES[name].upstream:
-            want, have = rec.get("inputs", {}).get(up), dir_md5(root / up, exclude=(LINEAGE_FILE,))
+            want, have = rec.get("inputs", {}).get(up), now.md5(up)
             ok = want == have
             detail = have if ok else f"{up} changed after {name} read it: {want} → {have}"
             out.append(Link(chain, f"{name} ← {up}", ok, detail))
             todo.append(up)
         if name == VERIFIED_SAMPLES:
-            out.append(replace(ge, chain=chain))
+            out.append(replace(now.ge, chain=chain))
     return out
 
 
@@ -160,10 +168,10 @@ def _mlflow_links(chain: str, params: Params, root: Path, recipe: str, model: st
     return out
 
 
-def _row_links(params: Params, root: Path, row: str, policy: str, ge: Link) -> list[Link]:
+def _row_links(params: Params, row: str, policy: str, now: _Now) -> list[Link]:
     from orchestra.evaluation.ladder import shard_dir
 
-    chain = row
+    chain, root = row, now.root
     out: list[Link] = []
     model = dir_digest(model_dir(root, policy))
     for k in range(params.eval.shards):
@@ -175,7 +183,7 @@ def _row_links(params: Params, root: Path, row: str, policy: str, ge: Link) -> l
         detail = f"model {model[:16]}" if ok else "the checkpoint changed after it was scored"
         out.append(Link(chain, f"score shard-{k} → checkpoint", ok, detail))
     out += _mlflow_links(chain, params, root, policy, model)
-    out += _stage_links(chain, root, policy_stage(policy), ge)
+    out += _stage_links(chain, policy_stage(policy), now)
     return out
 
 
@@ -192,8 +200,8 @@ def audit(params: Params, root: Path, rows: list[str] | None = None) -> list[Lin
         raise AuditError(
             f"rows {unknown} are not trained-policy rows of the scores; valid: {sorted(trained)}"
         )
-    ge = _ge_link(BENCHMARK_SCORES, params, root)
-    links = _stage_links(BENCHMARK_SCORES, root, BENCHMARK_SCORES, ge)
+    now = _Now(root, _ge_link(BENCHMARK_SCORES, params, root))
+    links = _stage_links(BENCHMARK_SCORES, BENCHMARK_SCORES, now)
     for row in rows or sorted(trained):
-        links += _row_links(params, root, row, trained[row], ge)
+        links += _row_links(params, row, trained[row], now)
     return links

@@ -41,9 +41,9 @@ class ScopedParams:
             raise AttributeError(name)
         value = getattr(self._model, name)
         key = self._prefix + name
-        if any(key == a or key.startswith(a + ".") for a in self._allowed):
+        if _declared(key, self._allowed):
             return value
-        if isinstance(value, BaseModel) and any(a.startswith(key + ".") for a in self._allowed):
+        if isinstance(value, BaseModel) and _on_the_way(key, self._allowed):
             return ScopedParams(value, self._allowed, self._stage, key + ".")
         declared = ", ".join(sorted(self._allowed)) or "none"
         raise UndeclaredParams(
@@ -73,13 +73,23 @@ class ScopedParams:
         )
 
 
+def _declared(key: str, allowed: frozenset[str]) -> bool:
+    """``key`` is a declared key or lies under one."""
+    return any(key == a or key.startswith(a + ".") for a in allowed)
+
+
+def _on_the_way(key: str, allowed: frozenset[str]) -> bool:
+    """``key`` is a section some declared key lies under."""
+    return any(a.startswith(key + ".") for a in allowed)
+
+
 def _dump(data: dict[str, Any], allowed: frozenset[str], prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in data.items():
         key = prefix + name
-        if any(key == a or key.startswith(a + ".") for a in allowed):
+        if _declared(key, allowed):
             out[name] = value
-        elif isinstance(value, dict) and any(a.startswith(key + ".") for a in allowed):
+        elif isinstance(value, dict) and _on_the_way(key, allowed):
             out[name] = _dump(value, allowed, key + ".")
     return out
 

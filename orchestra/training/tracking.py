@@ -122,7 +122,7 @@ def recipe_run(
     from mlflow.exceptions import MlflowException
 
     from orchestra.data.store import policy_stage
-    from orchestra.lineage import LINEAGE_FILE, dir_md5
+    from orchestra.lineage import output_md5
     from orchestra.stages import REPORT, STAGES
     from orchestra.training.dist import is_main
 
@@ -133,7 +133,7 @@ def recipe_run(
     uri = tracking_uri(params, root)
     commit = git_commit(root.parent)
     stage = REPORT if recipe == REPORT else policy_stage(recipe)  # the stage whose run this is
-    hashes = {f"dvc.{up}": dir_md5(root / up, exclude=(LINEAGE_FILE,)) for up in STAGES[stage].upstream}
+    hashes = {f"dvc.{up}": output_md5(root, up) for up in STAGES[stage].upstream}
     try:
         mlflow.set_tracking_uri(uri)
         client = mlflow.MlflowClient(uri)
