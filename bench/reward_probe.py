@@ -16,8 +16,11 @@ turn's cost (``AUC turn``: smaller gaps are mostly the start policy's finish var
 text), Spearman's rank correlation with the calls a decision
 costs, and the share of groups (a state's K samples) whose rewards all tie (no signal for GRPO).
 Rewards: the builtin rubric under the published weights (0.1/0.1/0.2/0.6) and under the project's
-default ones (1/1/1/2), both with the answer credit the default run trains with, and the progress
-reward (``orchestra.training.progress``). Prints a table and
+default ones (1/1/1/2), both with the answer credit the default run trains with, the progress
+reward (``orchestra.training.progress``) and the lookahead reward (``orchestra.training.lookahead``:
+the decision run from the state itself, not replayed, and finished by the expert alone — the
+expert half of the value, so its AUC is high by construction and says how much the start policy's
+finish changes the ranking). Prints a table and
 ``RESULT reward_probe auc_<reward>=… no_signal_<reward>=… distinct_per_group=…``.
 """
 
@@ -30,13 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestra.answers import answers_equal
 from orchestra.config import Params, ProviderSpec, RubricWeights, data_root, load_params
 from orchestra.data import store
 from orchestra.schemas import Task
+from orchestra.training.lookahead import TURN_COST, Outcome, ScriptThen
 
 PUBLISHED = RubricWeights(format=0.1, validity=0.1, tools=0.2, decision=0.6)
-TURN_COST, CALL_COST = 0.05, 0.01
 
 
 @dataclass
@@ -49,29 +51,9 @@ class Probe:
     state: Any
     samples: dict[str, int] = field(default_factory=dict)
     value: dict[str, float] = field(default_factory=dict)
+    expert: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     rewards: dict[str, dict[str, float]] = field(default_factory=dict)
-
-
-class Replay:
-    """A policy that writes ``script`` (raw texts in format ``fmt``, the start policy's) and then is
-    ``then`` (the expert writes JSON: only its actions reach the runtime)."""
-
-    def __init__(self, script: Sequence[str], fmt: Any, then: Any) -> None:
-        from orchestra.agent.policies import ScriptedPolicy
-
-        self.scripted, self.then, self.left = ScriptedPolicy(list(script), fmt=fmt), then, len(script)
-        self.name, self.fmt, self.style, self.blocking = then.name, then.fmt, then.style, then.blocking
-        self.context_tokens = then.context_tokens
-
-    def render(self, state: Any, agent: Any) -> Any:
-        return self.then.render(state, agent)
-
-    def respond(self, state: Any, messages: Any) -> Any:
-        if self.left:
-            self.left -= 1
-            return self.scripted.respond(state, messages)
-        return self.then.respond(state, messages)
 
 
 def _states(task: Task, policy: Any, env: Any, params: Params) -> list[Probe]:
@@ -127,20 +109,20 @@ def _label(probe: Probe, policy: Any, env: Any, params: Params) -> None:
         vals, calls = [], []
         for then in (OraclePolicy(probe.task, params.agent), policy):
             traj = run_task_sync(
-                probe.task, "orchestra", Replay([*probe.prefix, text], policy.fmt, then), env
+                probe.task, "orchestra", ScriptThen([*probe.prefix, text], policy.fmt, then), env
             )
-            right = traj.answer is not None and answers_equal(str(traj.answer), probe.task.answer)
             after = traj.steps[before:]
             if not after or _evidence(after[0].state) != _evidence(probe.state.model_dump(mode="json")):
                 raise RuntimeError(f"replaying {probe.task.id} to turn {before} reached another state")
-            n_calls = sum(len(s.results) for s in after)
-            vals.append(float(right) - TURN_COST * len(after) - CALL_COST * n_calls)
-            calls.append(n_calls)
-        probe.value[text], probe.calls[text] = sum(vals) / 2, calls[0]
+            out = Outcome.of(traj, probe.task, before)
+            vals.append(out.value)
+            calls.append(out.calls)
+        probe.value[text], probe.calls[text], probe.expert[text] = sum(vals) / 2, calls[0], vals[0]
 
 
-def _rewards(probe: Probe, fmt: str, params: Params, program: Sequence[Any]) -> None:
+def _rewards(probe: Probe, fmt: Any, params: Params, program: Sequence[Any], env: Any) -> None:
     from orchestra.agent.expert import expert_decision
+    from orchestra.training.lookahead import lookahead_reward
     from orchestra.training.progress import progress_reward
     from orchestra.training.reward_model import credit_answer
     from orchestra.training.rewards import rubric
@@ -154,6 +136,7 @@ def _rewards(probe: Probe, fmt: str, params: Params, program: Sequence[Any]) -> 
             "rubric_published": parts.total(PUBLISHED),
             "rubric_default": parts.total(RubricWeights()),
             "progress": progress_reward(text, probe.state, program, probe.task.answer, fmt, below),
+            "lookahead": lookahead_reward(text, probe.state, probe.task, fmt, env, params.agent),
         }
 
 
@@ -233,7 +216,7 @@ def main() -> int:
         for i, p in enumerate(probes):
             _sample(model, tok, policy, p, args.k, params, params.train.seed + i)
             _label(p, policy, env, params)
-            _rewards(p, policy.fmt, params, p.task.solution_program or [])
+            _rewards(p, policy.fmt, params, p.task.solution_program or [], env)
     if args.out:
         _write(probes, args.out)
     names = list(probes[0].rewards[next(iter(probes[0].samples))]) if probes else []
@@ -241,6 +224,8 @@ def main() -> int:
     spread = sum(len({round(v, 9) for v in p.value.values()}) > 1 for p in probes) / max(1, len(probes))
     print(f"{len(probes)} states of {len(chosen)} val tasks (from #{args.offset}), K={args.k}")
     print(f"distinct decisions per group {distinct:.2f}; states whose decisions differ in value {spread:.2f}")
+    same = [abs(p.expert[t] - p.rewards[t]["lookahead"]) < 1e-9 for p in probes for t in p.samples]
+    print(f"lookahead (run from the state) = the replayed expert finish: {sum(same)} of {len(same)}")
     print(
         f"{'reward':18s} {'AUC':>6s} {'pairs':>5s} {'AUC turn':>8s} {'pairs':>5s} "
         f"{'rho(calls)':>10s} {'no signal':>9s}"

@@ -101,7 +101,7 @@ def test_dagrpo_clip_acts_with_several_iterations(
     from orchestra.training.run import train_recipe
 
     root = _copy(sft_root, tmp_path)
-    scores = [{"format": 1, "validity": 1, "tools": t, "decision": t} for t in (0.9, 0.1, 0.6, 0.3) * 40]
+    scores = [{"format": 1, "validity": 1, "tools": t, "decision": t} for t in (3, 0, 2, 1) * 40]
     script = tmp_path / "rubric.jsonl"
     script.write_text("".join(json.dumps({"content": json.dumps(x)}) + "\n" for x in scores))
     dag = {"max_steps": 4, "num_iterations": 2, "save_steps": 2, "learning_rate": 0.05, "epsilon": 0.05,
@@ -240,6 +240,26 @@ def test_dagrpo_on_policy_states_from_a_snapshot_within_a_wall_budget(
     assert run.data.tags["orchestra.start_policy"].endswith("snapshots/step-20")
 
 
+@pytest.mark.parametrize("reward", ["progress", "lookahead"])
+def test_dagrpo_trains_on_a_grounded_reward_and_resamples_groups_without_signal(
+    sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any], reward: str
+) -> None:
+    from orchestra.training.run import train_recipe
+
+    root = _copy(sft_root, tmp_path)
+    dag = {"reward": reward, "resample_rounds": 2, "screen": 2, "per_device_batch_size": 4, "save_steps": 2}
+    res = train_recipe("dagrpo", _params(tmp_path, root, tiny_train, dagrpo=dag), root)
+    assert res.steps == 2 and (root / "policy_dagrpo" / "model" / "model.safetensors").is_file()
+    scored = _metric(tmp_path, res.run_id, f"rewards/{reward}/mean")
+    assert len(scored) >= 2 and all(-1.0 <= v <= 1.0 for v in scored)
+    drawn = _metric(tmp_path, res.run_id, "dynamic/groups_drawn")
+    trained = _metric(tmp_path, res.run_id, "dynamic/signal_trained")
+    assert len(drawn) == 2 and all(2 <= d <= 6 for d in drawn)  # 2 groups a batch, 2 more rounds at most
+    no_signal = _metric(tmp_path, res.run_id, "dynamic/no_signal_drawn")
+    assert all(0 <= v <= 1 for v in trained + no_signal)
+    assert _metric(tmp_path, res.run_id, "screen_candidates") == [8.0]  # 2 steps x 2 prompts x screen 2
+
+
 @pytest.mark.slow
 def test_dagger_sft_adds_the_policy_states(
     sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any]
@@ -293,7 +313,7 @@ def test_dagrpo_killed_with_sigkill_resumes_to_the_same_end(
 
     from orchestra.data.store import read_run_record
 
-    dag = {"max_steps": 6, "save_steps": 2}
+    dag = {"max_steps": 6, "save_steps": 2, "resample_rounds": 1}  # reserve draws replay on resume
     ends = []
     for name, kill in (("whole", False), ("killed", True)):
         root = _copy(sft_root, tmp_path / name)

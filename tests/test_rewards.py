@@ -24,7 +24,7 @@ from orchestra.config import Params, ProviderSpec, RubricWeights
 from orchestra.data.llm import JsonProvider
 from orchestra.errors import ConfigError, StageError
 from orchestra.schemas import Delegate, Finish, MaestroSearch, ModalInput, SubTask
-from orchestra.training.reward_model import LLMRubric, RubricReply, make_rubric
+from orchestra.training.reward_model import LLMRubric, RubricReply, make_rubric, sees_answer
 from orchestra.training.rewards import (
     RewardError,
     RubricScores,
@@ -441,45 +441,54 @@ def reply(**scores: float) -> dict[str, str]:
     return {"content": json.dumps(scores)}
 
 
-def test_llm_rubric_on_orchestra_serve_reads_scores_and_records_bad_replies(
+def test_llm_rubric_on_orchestra_serve_reads_whole_levels_and_records_bad_replies(
     tmp_path: Path, serve_process: Any
 ) -> None:
     script = [
-        reply(format=1.0, validity=1.0, tools=0.75, decision=0.5),
+        reply(format=1, validity=1, tools=2, decision=3),
         {"content": "The decision looks fine to me."},
-        reply(format=1.0, validity=1.0, tools=0.5, decision=1.5),  # out of range
+        reply(format=1, validity=1, tools=2, decision=4),  # out of range
+        reply(format=1, validity=1, tools=2, decision=0.5),  # not a whole level
         {"content": '```json\n{"format": 1, "validity": 0, "tools": 0, "decision": 0}\n```'},
+        reply(format=1, validity=1, tools=2, decision=3),  # the same decision: the same score
     ]
     path = tmp_path / "script.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in script))
     with serve_process(path, name="rubric") as (_, url):
         judge = LLMRubric(rubric_provider(url))
         got = [judge(FIRST_WAVE, fresh_state(), EXPERT, "lines") for _ in script]
-    assert scores(got[0]) == (1.0, 1.0, 0.75, 0.5) and got[0].reason == ""
+    assert scores(got[0]) == (1.0, 1.0, 2 / 3, 1.0) and got[0].reason == ""
     assert scores(got[1]) == (0.0, 0.0, 0.0, 0.0)
     assert got[1].reason.startswith("reward model reply rejected: the reply is not JSON")
     assert "'The decision looks fine to me.'" in got[1].reason
     assert scores(got[2]) == (0.0, 0.0, 0.0, 0.0)
     assert (
-        "does not match the RubricReply schema (decision: Input should be less than or equal to 1"
+        "does not match the RubricReply schema (decision: Input should be less than or equal to 3"
         in got[2].reason
     )
-    assert scores(got[3]) == (1.0, 0.0, 0.0, 0.0)
+    assert scores(got[3]) == (0.0, 0.0, 0.0, 0.0) and "decision" in got[3].reason
+    assert scores(got[4]) == (1.0, 0.0, 0.0, 0.0)
+    assert got[5] == got[0]
 
 
-def test_llm_rubric_sends_state_reference_and_decision_in_one_call() -> None:
-    responder = ScriptedResponder([reply(format=1, validity=1, tools=1, decision=1)])
+def test_llm_rubric_sends_question_state_reference_answer_and_decision_in_one_call() -> None:
+    responder = ScriptedResponder([reply(format=1, validity=1, tools=3, decision=3)] * 2)
     with start_server(responder) as srv:
-        s = LLMRubric(rubric_provider(srv.url))("= 67043", FINISHED, Finish(answer="#E5"), "lines")
+        judge = LLMRubric(rubric_provider(srv.url))
+        s = judge("= 67043", FINISHED, Finish(answer="#E5"), "lines")
+        judge("= 67043", FINISHED, Finish(answer="#E5"), "lines", answer="67043")
     assert scores(s) == (1.0, 1.0, 1.0, 1.0)
-    (request,) = responder.requests
-    sent = json.loads(request["messages"][-1]["content"])
-    assert set(sent) == {"state", "format", "format_rules", "reference", "decision"}
-    assert sent["decision"] == "= 67043" and sent["format"] == "lines"
+    bare, told = responder.requests
+    sent = json.loads(bare["messages"][-1]["content"])
+    assert set(sent) == {"question", "state", "format", "format_rules", "reference", "decision"}
+    assert sent["decision"] == "= 67043" and sent["format"] == "lines" and sent["question"] == QUESTION
     assert json.loads(sent["reference"]) == {"kind": "finish", "answer": "#E5"}
     assert QUESTION in sent["state"] and "#E5 [ok]" in sent["state"] and "video_fast" in sent["state"]
-    assert request["response_format"]["json_schema"]["schema"] == RubricReply.model_json_schema()
-    assert request["temperature"] == 0
+    assert json.loads(told["messages"][-1]["content"])["answer"] == "67043"
+    task = bare["messages"][0]["content"]
+    assert "whole levels" in task and "unlikely to lead to the correct answer" in task
+    assert bare["response_format"]["json_schema"]["schema"] == RubricReply.model_json_schema()
+    assert bare["temperature"] == 0
 
 
 def test_llm_rubric_call_failures_stop_with_the_provider_named() -> None:
@@ -503,6 +512,7 @@ def test_make_rubric_follows_the_reward_provider() -> None:
     )
     judge = make_rubric(params)
     assert isinstance(judge, LLMRubric) and judge.provider.name == "llm"
+    assert sees_answer(params) and not sees_answer(Params())  # the judge always sees the gold answer
     local = {"kind": "transformers", "model": "/models/x"}
     params = Params.model_validate(
         {

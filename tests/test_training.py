@@ -155,7 +155,7 @@ def test_three_recipes_train_publish_and_nest_in_mlflow(
     from orchestra.training.run import train_recipe
 
     root = _root(built, tmp_path)
-    scores = [{"format": 1, "validity": 1, "tools": t, "decision": t} for t in (0.9, 0.1, 0.6, 0.3) * 20]
+    scores = [{"format": 1, "validity": 1, "tools": t, "decision": t} for t in (3, 0, 2, 1) * 20]
     script = tmp_path / "rubric.jsonl"
     script.write_text("".join(json.dumps({"content": json.dumps(x)}) + "\n" for x in scores))
     with serve_process(script, name="rubric") as (_, url):

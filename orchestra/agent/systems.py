@@ -97,7 +97,9 @@ class _TaskRun:
     """One run of a task by a system: the parts fixed for the run (sub-agent runner, limits, the pools
     the state shows) and what it gathers turn by turn (evidence, history, steps, accounting)."""
 
-    def __init__(self, task: Task, system: System, policy: Policy, env: Environment) -> None:
+    def __init__(
+        self, task: Task, system: System, policy: Policy, env: Environment, start: OrchestraState | None
+    ) -> None:
         agent = env.agent
         self.task, self.system, self.policy, self.env, self.agent = task, system, policy, env, agent
         self.limits = Limits.from_params(agent, linear=system in ("linear", "react"))
@@ -113,12 +115,13 @@ class _TaskRun:
             force_backend=force,
         )
         self.ledger = Ledger(agent.tool_prices, agent.policy_price)
-        self.store = EvidenceStore()
-        self.history: list[HistoryItem] = []
+        self.store = EvidenceStore(start.context if start is not None else ())
+        self.history: list[HistoryItem] = list(start.history) if start is not None else []
         self.steps: list[TrajectoryStep] = []
         self.cards = [force.card()] if force is not None else env.backends.cards()
         self.tool_cards = _tool_cards(env)
-        self.critical = self.policy_s = self.render_s = self.score = 0.0
+        self.critical = self.policy_s = self.render_s = 0.0
+        self.score = sufficiency(task.question, self.store.items()) if len(self.store) else 0.0
         self.answer: str | None = None
         self.error: str | None = None
         self.stopped_by = "finish"
@@ -279,7 +282,9 @@ def _check_pairing(system: System, policy: Policy) -> None:
         )
 
 
-async def run_task(task: Task, system: System, policy: Policy, env: Environment) -> Trajectory:
+async def run_task(
+    task: Task, system: System, policy: Policy, env: Environment, start: OrchestraState | None = None
+) -> Trajectory:
     """Run ``task`` with ``system`` driven by ``policy``; the trajectory records every decision with
     the exact rendered state before it, each sub-task's evidence with start/end seconds since the run
     began, and accounting per policy, backend and tool.
@@ -290,10 +295,12 @@ async def run_task(task: Task, system: System, policy: Policy, env: Environment)
     ``<search> Model@@Skill: Query </search>`` actions, each run as a one-node delegate.
     With the ReAct baseline the policy's sub-tasks are actions of the single agent; for a ReAct
     baseline driven by a language model that calls the tools itself, use :func:`run_react_lm`.
+    ``start``: a state of an earlier run of ``task`` to go on from (its evidence, history and turn;
+    the trajectory then holds the turns from there, and the accounting only theirs).
     """
     _check_pairing(system, policy)
-    run = _TaskRun(task, system, policy, env)
-    for turn in range(env.max_turns):
+    run = _TaskRun(task, system, policy, env, start)
+    for turn in range(start.turn if start is not None else 0, env.max_turns):
         if await run.turn(turn):
             break
     else:
@@ -369,9 +376,11 @@ async def run_react_lm(task: Task, backend: Backend, env: Environment, name: str
     )
 
 
-def run_task_sync(task: Task, system: System, policy: Policy, env: Environment) -> Trajectory:
+def run_task_sync(
+    task: Task, system: System, policy: Policy, env: Environment, start: OrchestraState | None = None
+) -> Trajectory:
     """:func:`run_task` from synchronous code."""
-    return asyncio.run(run_task(task, system, policy, env))
+    return asyncio.run(run_task(task, system, policy, env, start))
 
 
 def evidence_of(trajectory: Trajectory) -> list[Evidence]:

@@ -70,7 +70,11 @@ class SFTParams(_Section):
 
 class GRPOParams(_Section):
     learning_rate: float = Field(2e-5, gt=0, le=1)
-    num_generations: int = Field(4, ge=2, le=64, description="group size: decisions sampled per prompt")
+    lr_scheduler: Literal["cosine", "linear", "constant"] = Field(
+        "cosine", description="decay of the learning rate after the warm-up (TRL's lr_scheduler_type)"
+    )
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of max_steps the rate warms up over")
+    num_generations: int = Field(8, ge=2, le=64, description="group size: decisions sampled per prompt")
     steps_per_generation: int = Field(
         1, ge=1, le=64, description="optimizer steps per generation batch: > 1 makes the clip act"
     )
@@ -80,8 +84,10 @@ class GRPOParams(_Section):
         le=16,
         description="optimizer passes over each generation batch (GRPO's mu): > 1 makes the clip act",
     )
-    per_device_batch_size: int = Field(8, ge=1, le=1024)
-    beta: float = Field(0.04, gt=0, le=10, description="KL weight to the reference (the SFT policy)")
+    per_device_batch_size: int = Field(
+        32, ge=1, le=1024, description="completions per optimizer step: prompts per step x num_generations"
+    )
+    beta: float = Field(0.01, gt=0, le=10, description="KL weight to the reference (the SFT policy)")
     epsilon: float = Field(0.2, gt=0, le=1, description="PPO-style clip range")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
     max_steps: int = Field(20, ge=1)
@@ -145,6 +151,20 @@ class RubricWeights(_Section):
 
 
 class DAGRPOParams(GRPOParams):
+    reward: Literal["rubric", "progress", "lookahead"] = Field(
+        "rubric",
+        description="rubric: Orchestra-o1's four parts against the expert's decision (reward_provider "
+        "scores them); progress: pending steps of the reference solution the decision completes "
+        "(training/progress.py); lookahead: the decision run and the task finished by the expert, "
+        "right answer less turns and calls (training/lookahead.py)",
+    )
+    resample_rounds: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="DAPO's dynamic sampling: groups whose rewards all tie are dropped and replaced by "
+        "fresh prompts, up to this many rounds per generation batch (training/dynamic.py); 0 = off",
+    )
     reward_provider: str = "builtin"
     rubric: RubricWeights = RubricWeights()
     answer_credit: bool = Field(

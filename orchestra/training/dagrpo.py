@@ -1,16 +1,27 @@
-"""DA-GRPO in TRL: decision-level prompts, a rubric reward per decision, no sub-agent run."""
+"""DA-GRPO in TRL: decision-level prompts, a reward per sampled decision, no whole-task rollout.
+
+The reward (``train.dagrpo.reward``) is Orchestra-o1's rubric against the expert's decision (four
+TRL reward functions, weighted by ``train.dagrpo.rubric``), or one grounded reward: ``progress``
+(training/progress.py) or ``lookahead`` (training/lookahead.py: the decision run on the real runtime
+from its state and the task finished by the expert). Groups whose decisions all score alike can be
+dropped and resampled (``resample_rounds``, training/dynamic.py).
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from orchestra.agent.decision import render_decision
 from orchestra.config import Params
 from orchestra.data.store import samples_file, stage_dir
+from orchestra.errors import StageError
+from orchestra.schemas import Task
 from orchestra.stages import DECISION_SAMPLES, POLICY_DAGRPO
 from orchestra.training.common import (
     RUBRIC_PARTS,
@@ -29,12 +40,21 @@ from orchestra.training.policy import load_policy
 from orchestra.training.rewards import RubricScores
 
 __all__ = [
+    "decision_reward",
     "distinct_prompts",
+    "grounded_score",
     "pick_prompts",
     "rubric_rewards",
     "screen_prompts",
     "train_dagrpo",
 ]
+
+#: a grounded reward of one policy output for a prepared state: (text, state) -> reward
+Score = Callable[[str, Prepared], float]
+
+
+def _texts(completions: Sequence[Any]) -> list[str]:
+    return [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
 
 
 def rubric_rewards(
@@ -56,13 +76,51 @@ def rubric_rewards(
 
     def part(name: str) -> Callable[..., list[float]]:
         def reward(completions: list[Any], sample_id: list[str], **_: Any) -> list[float]:
-            texts = [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
-            return [float(getattr(scores(sid, t), name)) for sid, t in zip(sample_id, texts, strict=True)]
+            return [
+                float(getattr(scores(sid, t), name))
+                for sid, t in zip(sample_id, _texts(completions), strict=True)
+            ]
 
         reward.__name__ = name
         return reward
 
     return [part(name) for name in RUBRIC_PARTS]
+
+
+def decision_reward(samples: Mapping[str, Prepared], score: Score, name: str) -> Callable[..., list[float]]:
+    """``score`` as a TRL reward function named ``name``, each (sample, completion) scored once."""
+
+    @lru_cache(maxsize=8192)
+    def cached(sample_id: str, text: str) -> float:
+        return float(score(text, samples[sample_id]))
+
+    def reward(completions: list[Any], sample_id: list[str], **_: Any) -> list[float]:
+        return [cached(sid, t) for sid, t in zip(sample_id, _texts(completions), strict=True)]
+
+    reward.__name__ = name
+    return reward
+
+
+def grounded_score(kind: str, tasks: Mapping[str, Task], fmt: Any, params: Params, env: Any = None) -> Score:
+    """The ``progress`` or ``lookahead`` reward of a text in a prepared state of one of ``tasks``
+    (task id -> task with its solution program); ``env``: the runtime lookahead runs decisions on."""
+    from orchestra.training.lookahead import lookahead_reward
+    from orchestra.training.progress import progress_reward
+
+    def task(p: Prepared) -> Task:
+        t = tasks.get(p.sample.task_id)
+        if t is None or not t.solution_program:
+            raise StageError(f"{kind} reward: task {p.sample.task_id} has no solution program")
+        return t
+
+    below = params.agent.escalation_confidence
+    if kind == "progress":
+        return lambda text, p: progress_reward(
+            text, p.state, task(p).solution_program or [], task(p).answer, fmt, below
+        )
+    if kind == "lookahead":
+        return lambda text, p: lookahead_reward(text, p.state, task(p), fmt, env, params.agent)
+    raise StageError(f"train.dagrpo.reward: no grounded reward {kind!r}")
 
 
 def distinct_prompts(samples: Sequence[Prepared]) -> list[Prepared]:
@@ -123,16 +181,40 @@ def _train_states(
     return distinct_prompts(train), stats
 
 
+def _rewards(
+    params: Params, root: Path, samples: Mapping[str, Prepared], fmt: Any, env: Any
+) -> tuple[list[Callable[..., list[float]]], list[float], Score]:
+    """The TRL reward functions ``train.dagrpo.reward`` names, their weights, and the scalar the
+    screen compares a greedy decision by (the weighted rubric total, or the grounded reward)."""
+    from orchestra.data.store import read_verified
+    from orchestra.training.reward_model import make_rubric, sees_answer
+
+    gp = params.train.dagrpo
+    tasks = {s.candidate_id: s.task for s in read_verified(root)}
+    if gp.reward != "rubric":
+        score = grounded_score(gp.reward, tasks, fmt, params, env)
+        return [decision_reward(samples, score, gp.reward)], [1.0], score
+    w, rubric = gp.rubric, make_rubric(params)
+    answers = {k: t.answer for k, t in tasks.items()} if sees_answer(params) else None
+    plain = make_rubric(params)  # the screen: expert-relative, no answer credit
+
+    def total(text: str, p: Prepared) -> float:
+        return plain(text, p.state, p.decision, fmt).total(w)
+
+    funcs = rubric_rewards(samples, rubric, fmt, answers)
+    return funcs, [w.format, w.validity, w.tools, w.decision], total
+
+
 def train_dagrpo(params: Params, root: Path) -> TrainResult:
     """DA-GRPO from ``train.dagrpo.init`` on decision prompts (``train.dagrpo.states``: the expert's
-    states, the start policy's own, or both): a group of decisions per state, each scored by the rubric
-    against the expert's decision for that state; publishes ``data/policy_dagrpo/model``, scores it on
-    the val split; resumable; stops at ``max_wall_s``."""
+    states, the start policy's own, or both): a group of decisions per state, each scored by the
+    reward ``train.dagrpo.reward`` names (module docstring); publishes ``data/policy_dagrpo/model``,
+    scores it on the val split; resumable; stops at ``max_wall_s``."""
     from datasets import Dataset
-    from trl import GRPOTrainer
 
-    from orchestra.data.store import read_verified
+    from orchestra.training.dynamic import dynamic_trainer
     from orchestra.training.reward_model import make_rubric
+    from orchestra.training.states import rollout_environment
     from orchestra.training.tracking import log_metrics, log_samples_input, recipe_run, step_callback
 
     t0 = time.perf_counter()
@@ -156,49 +238,53 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
     by_id = {p.sample.sample_id: p for p in train}
     n_prompts = gp.max_steps * gp.per_device_batch_size * gp.steps_per_generation // gp.num_generations
     picked = pick_prompts(train, n_prompts * max(1, gp.screen), gp.first_decision_repeats, params.train.seed)
-    if gp.screen:
-        picked, screened = _screen(picked, n_prompts, model, tokenizer, view, params)
-        stats.update(screened)
-    rows = [{"prompt": p.prompt, "sample_id": p.sample.sample_id} for p in picked]
-    answers = {s.candidate_id: s.task.answer for s in read_verified(root)} if gp.answer_credit else None
     tags = {"orchestra.decision_samples_sha256": digest, "orchestra.start_policy": str(start)}
-    with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
-        dirs.remember_run(run_id)
-        log_samples_input(path, digest, [p.sample for p in samples], "training")
-        log_metrics({**stats, "distinct_train_states": float(len(train))})
-        w, rubric = gp.rubric, make_rubric(params)
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=rubric_rewards(by_id, rubric, view.fmt, answers),
-            args=grpo_config(
-                gp,
-                dirs.checkpoints,
-                params.train.seed,
-                [w.format, w.validity, w.tools, w.decision],
-                gp.save_steps,
-            ),
-            train_dataset=Dataset.from_list(rows),
-            processing_class=tokenizer,
-            callbacks=[step_callback(), wall_budget(t0, gp.max_wall_s)],
-        )
-        seen = target_texts(train)
-        run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
-        return train_and_publish(run, trainer, model, view, params, val, seen, len(rows), rubric)
+    with ExitStack() as stack:
+        env = None
+        if gp.reward == "lookahead":
+            env = stack.enter_context(rollout_environment(params, root, params.eval.max_turns))
+        funcs, weights, scalar = _rewards(params, root, by_id, view.fmt, env)
+        if gp.screen:
+            picked, screened = _screen(picked, n_prompts, model, tokenizer, view, params, scalar)
+            stats.update(screened)
+        rows = [{"prompt": p.prompt, "sample_id": p.sample.sample_id} for p in picked]
+        reserve = [{"prompt": p.prompt, "sample_id": p.sample.sample_id} for p in train]
+        with recipe_run(params, root, "dagrpo", tags, resume_id=dirs.run_id()) as run_id:
+            dirs.remember_run(run_id)
+            log_samples_input(path, digest, [p.sample for p in samples], "training")
+            log_metrics({**stats, "distinct_train_states": float(len(train))})
+            trainer = dynamic_trainer(reserve, gp.resample_rounds)(
+                model=model,
+                reward_funcs=funcs,
+                args=grpo_config(gp, dirs.checkpoints, params.train.seed, weights, gp.save_steps),
+                train_dataset=Dataset.from_list(rows),
+                processing_class=tokenizer,
+                callbacks=[step_callback(), wall_budget(t0, gp.max_wall_s)],
+            )
+            run = RecipeRun("dagrpo", dirs, resume, run_id, t0)
+            seen, rubric = target_texts(train), make_rubric(params)  # val's rubric columns, any reward
+            return train_and_publish(run, trainer, model, view, params, val, seen, len(rows), rubric)
 
 
 def _screen(
-    candidates: Sequence[Prepared], count: int, model: Any, tokenizer: Any, view: Any, params: Params
+    candidates: Sequence[Prepared],
+    count: int,
+    model: Any,
+    tokenizer: Any,
+    view: Any,
+    params: Params,
+    score: Score,
 ) -> tuple[list[Prepared], dict[str, float]]:
     """:func:`screen_prompts` on the start policy's greedy decisions (deterministic, so a resumed run
-    screens to the same prompts), and what the screen found, for MLflow."""
+    screens to the same prompts), each scored by ``score`` next to the expert's own decision in its
+    state (1: as good as the expert's); and what the screen found, for MLflow."""
     from orchestra.training.common import generate
-    from orchestra.training.reward_model import make_rubric
 
     t0 = time.perf_counter()
     outputs = generate(model, tokenizer, [p.prompt for p in candidates], params.agent.decision_tokens)
-    score, w = make_rubric(params), params.train.dagrpo.rubric  # the expert-relative rubric: no answer
     totals = [
-        score(o, p.state, p.decision, view.fmt).total(w) for o, p in zip(outputs, candidates, strict=True)
+        1.0 + score(o, p) - score(render_decision(p.decision, view.fmt), p)
+        for o, p in zip(outputs, candidates, strict=True)
     ]
     picked, hard = screen_prompts(candidates, totals, count)
     stats = {

@@ -43,7 +43,8 @@ __all__ = [
 def grpo_config(
     gp: GRPOParams, out: Path, seed: int, reward_weights: Sequence[float], save_steps: int
 ) -> Any:
-    """TRL's GRPOConfig from params: group size, generation batch, clip, beta, loss type, learning rate.
+    """TRL's GRPOConfig from params: group size, generation batch, clip, beta, loss type, learning rate
+    with its warm-up and decay.
     One pass over a shuffled prompt list (never a second epoch), so a resumed run replays the same
     prompts (TRL's sampler does not reseed per epoch)."""
     from trl import GRPOConfig
@@ -52,6 +53,8 @@ def grpo_config(
         **base_args(
             out, seed, gp.learning_rate, gp.per_device_batch_size, gp.max_steps, save_steps, logging=1
         ),
+        lr_scheduler_type=gp.lr_scheduler,
+        warmup_steps=gp.warmup_ratio,  # a float below 1: a share of max_steps
         num_generations=gp.num_generations,
         steps_per_generation=gp.steps_per_generation,
         num_iterations=gp.num_iterations,

@@ -24,7 +24,7 @@ from orchestra.errors import ReplyError
 from orchestra.schemas import Finish, MaestroSearch
 from orchestra.training.rewards import RubricScores, resolve_answer, rubric
 
-__all__ = ["LLMRubric", "RubricFn", "RubricReply", "credit_answer", "make_rubric"]
+__all__ = ["LLMRubric", "RubricFn", "RubricReply", "credit_answer", "make_rubric", "sees_answer"]
 
 #: what the trainer calls per policy output: (text, state, expert decision, format[, answer=]) -> scores;
 #: ``answer`` (the task's labelled answer) only where ``train.dagrpo.answer_credit`` is on
@@ -41,41 +41,44 @@ _FORMATS = {
 }
 
 _TASK = (
-    "You score one decision of a multi-modal orchestrator against a reference decision an expert "
-    "made in the same state. The user message is a JSON object: 'state' (the orchestrator's rendered "
-    "state: the rules, the backend and tool pools, the question, the evidence so far), 'format' and "
-    "'format_rules' (how the decision must be written), 'reference' (the expert's decision, in JSON "
-    "or Maestro tags) and 'decision' (the text the policy wrote). Score each in [0, 1]: 'format' 1 if "
-    "the decision is well-formed in its format, else 0; 'validity' 1 if it is valid in the state "
-    "(known backends, skills and tools, acyclic dependencies, every #E/#M reference resolvable, a "
-    "non-empty answer), else 0; 'tools' how well the sub-tasks' tools cover what the work needs, "
-    "without unneeded or duplicated tools or sub-tasks; 'decision' how good the decision is next to "
-    "the reference: the same sub-tasks and dependencies score 1, a sound different decomposition "
-    "partial credit, independent sub-tasks chained needlessly less; a final answer 1 if it equals "
-    "the reference answer (references resolved through the evidence), else 0. A decision that is "
-    "not well-formed scores 0 throughout."
-)
-_ANSWER = (
-    " The item also holds 'answer', the task's labelled answer: a final answer equal to it (references "
-    "resolved) scores 1 for 'tools' and 'decision' even where the reference decision goes on."
+    "You judge one decision of a multi-modal orchestrator: the main agent that splits a question into "
+    "sub-tasks for expert agents and tools, or answers it. The user message is a JSON object: "
+    "'question', 'state' (the orchestrator's rendered state: the rules, the backend and tool pools, "
+    "the question, the evidence so far), 'format' and 'format_rules' (how the decision must be "
+    "written), 'reference' (the decision an expert made in this state: one good way, not the only "
+    "one), 'decision' (the text the policy wrote) and, where known, 'answer' (the task's gold answer). "
+    "Score in whole levels. 'format': 1 if the decision is well-formed in its format, else 0. "
+    "'validity': 1 if the runtime can run it (known backends, skills and tools, acyclic dependencies, "
+    "every #E/#M reference resolvable, a non-empty answer), else 0. 'tools', 0 to 3: 3 the tools and "
+    "experts each sub-task needs, well scoped; 2 usable but with a missing or needless tool or a vague "
+    "sub-task; 1 mostly unsuitable; 0 none where tools are needed, or irrelevant. 'decision', 0 to 3, "
+    "the most important: does it move the task toward the gold answer? 3 it does the work the state "
+    "still needs, as the reference does or by another sound route, or it answers correctly; 2 sound "
+    "but with notable waste (needless, duplicated or needlessly chained sub-tasks) or a detour; 1 "
+    "partly relevant but unlikely to lead to the correct answer (a wrong reading, a wrong operation, "
+    "work that has been done); 0 a final answer that is wrong, or a decision irrelevant to the task. "
+    "A final answer is judged by its value with references resolved through the evidence. A "
+    "decision that is not well-formed scores 0 throughout."
 )
 
 
 class RubricReply(BaseModel):
-    """The reward model's reply: the four rubric scores."""
+    """The reward model's reply: the four rubric scores in whole levels."""
 
     model_config = ConfigDict(extra="forbid")
 
-    format: float = Field(ge=0, le=1, description="1 if the decision is well-formed, else 0")
-    validity: float = Field(ge=0, le=1, description="1 if it is valid in the state, else 0")
-    tools: float = Field(ge=0, le=1, description="tool reasonableness, 0-1")
-    decision: float = Field(ge=0, le=1, description="decision quality next to the reference, 0-1")
+    format: int = Field(ge=0, le=1, description="1 if the decision is well-formed, else 0")
+    validity: int = Field(ge=0, le=1, description="1 if the runtime can run it, else 0")
+    tools: int = Field(ge=0, le=3, description="tool and expert choice, 0-3")
+    decision: int = Field(ge=0, le=3, description="progress toward the gold answer, 0-3")
 
 
 class LLMRubric:
     """The rubric scored by an ``openai`` provider, one request per policy output; callable like
     :func:`~orchestra.training.rewards.rubric`. The state is rendered verbose with the JSON rules
-    (``state_tokens`` its budget); the reference is the expert's decision in JSON."""
+    (``state_tokens`` its budget); the reference is the expert's decision in JSON; the gold answer
+    goes with it where given. The judge scores in whole levels (format and validity 0/1, tools and
+    decision 0-3, as Orchestra-o1's judge does), so equal decisions tie; 0-3 reads as 0, 1/3, 2/3, 1."""
 
     def __init__(self, provider: JsonProvider, state_tokens: int = 3072) -> None:
         self.provider, self.state_tokens = provider, state_tokens
@@ -90,6 +93,7 @@ class LLMRubric:
     ) -> RubricScores:
         messages = render_state(state, self.state_tokens, fmt="json", style="verbose")
         item = {
+            "question": state.question,
             "state": "\n\n".join(m["content"] for m in messages),
             "format": fmt,
             "format_rules": _FORMATS[fmt],
@@ -98,10 +102,10 @@ class LLMRubric:
             **({} if answer is None else {"answer": answer}),
         }
         try:
-            r = self.provider.ask(RubricReply, _TASK + ("" if answer is None else _ANSWER), item)
+            r = self.provider.ask(RubricReply, _TASK, item)
         except ReplyError as e:
             return RubricScores(0.0, 0.0, 0.0, 0.0, reason=f"reward model reply rejected: {e}")
-        return RubricScores(r.format, r.validity, r.tools, r.decision)
+        return RubricScores(float(r.format), float(r.validity), r.tools / 3, r.decision / 3)
 
 
 def credit_answer(score: RubricFn) -> RubricFn:
@@ -145,3 +149,13 @@ def make_rubric(params: Params) -> RubricFn:
         else LLMRubric(JsonProvider(spec, name, what), params.agent.state_tokens)
     )
     return credit_answer(score) if params.train.dagrpo.answer_credit else score
+
+
+def sees_answer(params: Params) -> bool:
+    """Whether the rubric :func:`make_rubric` builds is given each task's labelled answer: with
+    ``train.dagrpo.answer_credit``, and always by a reward model (the judge sees the gold answer)."""
+    dg = params.train.dagrpo
+    return (
+        dg.answer_credit
+        or stage_provider(params, dg.reward_provider, "train.dagrpo.reward_provider").kind != "builtin"
+    )
