@@ -1,12 +1,14 @@
 """Reward probe: does a decision reward rank the decisions a policy samples by what they are worth?
 
-Usage: python bench/reward_probe.py [--data DIR] [--params params.yaml] [--tasks 10] [--k 6] [--quick]
+Usage: python bench/reward_probe.py [--data DIR] [--params params.yaml] [--tasks 10] [--k 6]
+                                    [--temperature 1.0] [--quick]
 
 States: every state of two runs per val task — the expert's (the oracle) and the start policy's own
 (``data/policy_sft/model``, greedy). In each, K decisions are sampled from the start policy at
-temperature 1 (its own view of the state). Each distinct decision is labelled by its consequence on
-the real runtime: the run is replayed up to the state, the decision runs, and the task is finished
-twice — by the expert and by the start policy (greedy) — each within ``eval.max_turns``. Its value
+temperature 1 (``--temperature``; its own view of the state). Each distinct decision is labelled by
+its consequence on the real runtime: the run is replayed up to the state, the decision runs, and
+the task is finished twice — by the expert and by the start policy (greedy) — each within
+``eval.max_turns``. Its value
 is the mean over the two finishes of ``right - 0.05 * turns after it - 0.01 * sub-task calls after
 it`` (a right answer, less what it cost to get there).
 
@@ -75,7 +77,9 @@ def _states(task: Task, policy: Any, env: Any, params: Params) -> list[Probe]:
     return out
 
 
-def _sample(model: Any, tok: Any, policy: Any, probe: Probe, k: int, params: Params, seed: int) -> None:
+def _sample(
+    model: Any, tok: Any, policy: Any, probe: Probe, k: int, temperature: float, params: Params, seed: int
+) -> None:
     import torch
 
     messages = policy.render(probe.state, params.agent)
@@ -85,7 +89,7 @@ def _sample(model: Any, tok: Any, policy: Any, probe: Probe, k: int, params: Par
         out = model.generate(
             **ids,
             do_sample=True,
-            temperature=1.0,
+            temperature=temperature,
             top_k=0,
             num_return_sequences=k,
             max_new_tokens=params.agent.decision_tokens,
@@ -193,6 +197,7 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=10, help="val tasks whose states are probed")
     ap.add_argument("--offset", type=int, default=0, help="skip the first N val tasks (a held-out set)")
     ap.add_argument("--k", type=int, default=6, help="decisions sampled per state")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     ap.add_argument("--quick", action="store_true", help="3 tasks, 4 samples")
     ap.add_argument("--out", type=Path, default=None, help="write one JSON row per state and decision")
     args = ap.parse_args()
@@ -214,7 +219,7 @@ def main() -> int:
         chosen = tasks[args.offset : args.offset + args.tasks]
         probes = [p for t in chosen for p in _states(t, policy, env, params)]
         for i, p in enumerate(probes):
-            _sample(model, tok, policy, p, args.k, params, params.train.seed + i)
+            _sample(model, tok, policy, p, args.k, args.temperature, params, params.train.seed + i)
             _label(p, policy, env, params)
             _rewards(p, policy.fmt, params, p.task.solution_program or [], env)
     if args.out:
@@ -222,7 +227,8 @@ def main() -> int:
     names = list(probes[0].rewards[next(iter(probes[0].samples))]) if probes else []
     distinct = sum(len(p.samples) for p in probes) / max(1, len(probes))
     spread = sum(len({round(v, 9) for v in p.value.values()}) > 1 for p in probes) / max(1, len(probes))
-    print(f"{len(probes)} states of {len(chosen)} val tasks (from #{args.offset}), K={args.k}")
+    head = f"{len(probes)} states of {len(chosen)} val tasks (from #{args.offset}), K={args.k}"
+    print(f"{head}, temperature {args.temperature}")
     print(f"distinct decisions per group {distinct:.2f}; states whose decisions differ in value {spread:.2f}")
     same = [abs(p.expert[t] - p.rewards[t]["lookahead"]) < 1e-9 for p in probes for t in p.samples]
     print(f"lookahead (run from the state) = the replayed expert finish: {sum(same)} of {len(same)}")

@@ -196,10 +196,9 @@ def _rewards(
         return [decision_reward(samples, score, gp.reward)], [1.0], score
     w, rubric = gp.rubric, make_rubric(params)
     answers = {k: t.answer for k, t in tasks.items()} if sees_answer(params) else None
-    plain = make_rubric(params)  # the screen: expert-relative, no answer credit
 
-    def total(text: str, p: Prepared) -> float:
-        return plain(text, p.state, p.decision, fmt).total(w)
+    def total(text: str, p: Prepared) -> float:  # the screen: expert-relative, no answer given
+        return rubric(text, p.state, p.decision, fmt).total(w)
 
     funcs = rubric_rewards(samples, rubric, fmt, answers)
     return funcs, [w.format, w.validity, w.tools, w.decision], total
