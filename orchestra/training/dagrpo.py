@@ -113,14 +113,19 @@ def grounded_score(kind: str, tasks: Mapping[str, Task], fmt: Any, params: Param
             raise StageError(f"{kind} reward: task {p.sample.task_id} has no solution program")
         return t
 
-    below = params.agent.escalation_confidence
-    if kind == "progress":
-        return lambda text, p: progress_reward(
-            text, p.state, task(p).solution_program or [], task(p).answer, fmt, below
+    def progress(text: str, p: Prepared) -> float:
+        t = task(p)
+        return progress_reward(
+            text, p.state, t.solution_program or [], t.answer, fmt, params.agent.escalation_confidence
         )
-    if kind == "lookahead":
-        return lambda text, p: lookahead_reward(text, p.state, task(p), fmt, env, params.agent)
-    raise StageError(f"train.dagrpo.reward: no grounded reward {kind!r}")
+
+    def lookahead(text: str, p: Prepared) -> float:
+        return lookahead_reward(text, p.state, task(p), fmt, env, params.agent)
+
+    scores = {"progress": progress, "lookahead": lookahead}
+    if kind not in scores:
+        raise StageError(f"train.dagrpo.reward: no grounded reward {kind!r}")
+    return scores[kind]
 
 
 def distinct_prompts(samples: Sequence[Prepared]) -> list[Prepared]:

@@ -27,7 +27,7 @@ from orchestra.training.rewards import RubricScores, resolve_answer, rubric
 __all__ = ["LLMRubric", "RubricFn", "RubricReply", "credit_answer", "make_rubric", "sees_answer"]
 
 #: what the trainer calls per policy output: (text, state, expert decision, format[, answer=]) -> scores;
-#: ``answer`` (the task's labelled answer) only where ``train.dagrpo.answer_credit`` is on
+#: ``answer`` (the task's labelled answer) only where :func:`sees_answer` says so
 RubricFn = Callable[..., RubricScores]
 
 _FORMATS = {
