@@ -16,6 +16,7 @@ from orchestra.agent.runtime import Environment
 from orchestra.agent.systems import run_task_sync
 from orchestra.schemas import Delegate, Finish, Task, read_tasks_json
 from orchestra.training.lookahead import CALL_COST, TURN_COST, ScriptThen, finish_after, lookahead_reward
+from orchestra.training.rewards import REJECTED
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +65,14 @@ def test_a_decision_is_worth_its_outcome_less_the_turns_and_calls_it_costs(
     }
     assert values["plan"] == pytest.approx(whole.value)
     assert values["plan"] > values["part"] > values["wrong finish"]
-    assert values["garbage"] == pytest.approx(values["plan"] - TURN_COST)  # a lost turn, then the plan
-    assert values["wrong finish"] == pytest.approx(-TURN_COST)  # the task is lost at once
+    # run, text the runtime rejects is a lost turn and then the expert's plan, worth as much as a part
+    # of the plan, and a wrong finish loses the task at the cost of one turn; the reward pays both
+    # the floor (a policy, not the expert, writes the next decision; a lost task is lost)
+    run = finish_after("no decision here", fresh, task, "json", OraclePolicy(task), world_env).value
+    assert run == pytest.approx(values["plan"] - TURN_COST) == pytest.approx(values["part"])
+    lost = finish_after(wrong_finish, fresh, task, "json", OraclePolicy(task), world_env)
+    assert not lost.right and lost.value == pytest.approx(-TURN_COST)
+    assert values["garbage"] == values["wrong finish"] == REJECTED
 
 
 def test_dynamic_sampling_replaces_groups_whose_rewards_all_tie() -> None:

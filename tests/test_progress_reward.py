@@ -16,6 +16,7 @@ from orchestra.agent.runtime import Environment
 from orchestra.agent.state import OrchestraState, validation_context
 from orchestra.schemas import Delegate, Finish, SubTask, Task, read_tasks_json
 from orchestra.training.progress import progress_reward
+from orchestra.training.rewards import REJECTED
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +94,11 @@ def test_finishes_right_wrong_and_one_the_runtime_cannot_substitute(
     assert _score(Finish(answer="#E4"), done, task) == -1.0  # the task is lost
     again = Delegate(subtasks=[dag.subtasks[0].model_copy(update={"id": "E6"})])
     assert _score(again, done, task) == pytest.approx(-1 / 5)  # the answer is in: a wasted call
-    assert (
-        _score(Finish(answer="#M1"), done, task) == 0.0
-    )  # a lost turn: valid to the old check, not to the runtime
+    # rejected by the runtime: the floor, below the wasted call (at 0 it paid more, and RL learnt to
+    # write invalid text where it was unsure)
+    assert _score(Finish(answer="#M1"), done, task) == REJECTED == -1.0
     assert validate_decision(Finish(answer="#M1"), validation_context(done)) is not None
-    assert _score("not a decision", done, task) == 0.0
+    assert _score("not a decision", done, task) == REJECTED < _score(again, done, task)
 
 
 def test_a_useful_recheck_scores_above_a_wrong_finish(task: Task, world_env: Environment) -> None:

@@ -10,6 +10,13 @@ where ``turns`` and ``calls`` count the decision's own turn and everything after
 does not parse or that the runtime rejects loses its turn (the finisher then decides in the same
 state), so it is worth one turn less than the finisher's own decision there.
 
+The reward (:func:`lookahead_reward`) keeps the value where the run ends right and pays the floor
+(:data:`~orchestra.training.rewards.REJECTED`) for the rest: text the runtime rejects (run, it is
+worth as much as a partial plan, but in evaluation the policy, not the expert, writes the next
+decision) and a lost task however cheaply it was lost (priced by its turns, a wrong finish cost 0.05
+against the rejected text's floor, and RL learnt to finish with whatever text it had:
+``=redo ?1 video_expert``).
+
 The reward probe (``bench/reward_probe.py``) labels sampled decisions this way (finished by the
 expert and by the start policy); ``train.dagrpo.reward: lookahead`` trains on the expert-finished
 value (cf. SWEET-RL and GiGPO: a step reward grounded in the episode's outcome).
@@ -28,6 +35,7 @@ from orchestra.agent.state import OrchestraState
 from orchestra.answers import answers_equal
 from orchestra.config import AgentParams
 from orchestra.schemas import Task, Trajectory
+from orchestra.training.rewards import REJECTED, runtime_action
 
 __all__ = ["CALL_COST", "TURN_COST", "Outcome", "ScriptThen", "finish_after", "lookahead_reward"]
 
@@ -91,5 +99,9 @@ def lookahead_reward(
     text: str, state: OrchestraState, task: Task, fmt: Format, env: Environment, agent: AgentParams
 ) -> float:
     """The lookahead value of ``text`` in ``state``, the expert finishing (the reward
-    ``train.dagrpo.reward: lookahead`` trains on)."""
-    return finish_after(text, state, task, fmt, OraclePolicy(task, agent), env).value
+    ``train.dagrpo.reward: lookahead`` trains on); the floor where the runtime rejects ``text`` or
+    the task ends without the right answer (module docstring)."""
+    if runtime_action(text, state, fmt) is None:
+        return REJECTED
+    out = finish_after(text, state, task, fmt, OraclePolicy(task, agent), env)
+    return out.value if out.right else REJECTED

@@ -12,7 +12,9 @@ The reward is net progress, in [-1, 1]:
 - a finish: 1 when its answer, substituted as the runtime does, equals the task's answer; else -1
   (the task is lost);
 - text that does not parse, or a decision the runtime would reject (:func:`validate_decision`, and a
-  finish answer whose references the runtime cannot substitute): 0 (a lost turn, no progress);
+  finish answer whose references the runtime cannot substitute): -1, the floor
+  (:data:`~orchestra.training.rewards.REJECTED`: at 0 it paid more than a wasteful plan, and RL
+  learnt to write invalid text);
 - a delegate: ``(useful - wasted - serialised) / pending``, clipped to [-1, 1], where ``useful``
   counts sub-tasks completing a pending step, ``wasted`` the others (a wrong reading, a duplicate,
   work the program does not need, and every sub-task built on a wasted one), ``serialised`` the
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from orchestra.agent.decision import Format, ParseError, parse_decision, search_to_delegate
+from orchestra.agent.decision import Format, search_to_delegate
 from orchestra.agent.expert import (
     Progress,
     goal_values,
@@ -38,11 +40,11 @@ from orchestra.agent.expert import (
     rendered_goal,
     step_goal,
 )
-from orchestra.agent.refs import ReferenceError_, next_subtask_id
-from orchestra.agent.state import OrchestraState, validation_context
+from orchestra.agent.refs import next_subtask_id
+from orchestra.agent.state import OrchestraState
 from orchestra.answers import answers_equal
 from orchestra.schemas import Delegate, Finish, MaestroSearch, SolutionStep, SubTask
-from orchestra.training.rewards import resolve_answer
+from orchestra.training.rewards import REJECTED, resolve_answer, runtime_action
 
 __all__ = ["progress_reward"]
 
@@ -127,14 +129,11 @@ def progress_reward(
     """The progress reward of one policy output in ``state`` (module docstring): ``program`` is the
     task's reference solution, ``answer`` its labelled answer, ``escalate_below`` the expert's
     escalation threshold (``agent.escalation_confidence``; None: no escalation)."""
-    action = parse_decision(text, fmt=fmt, context=validation_context(state))  # the runtime's check
-    if isinstance(action, ParseError):
-        return 0.0
+    action = runtime_action(text, state, fmt)
+    if action is None:
+        return REJECTED
     if isinstance(action, Finish):
-        try:
-            return 1.0 if answers_equal(resolve_answer(action.answer, state), answer) else -1.0
-        except ReferenceError_:
-            return 0.0  # a value that cannot be written out: the runtime cannot answer with it
+        return 1.0 if answers_equal(resolve_answer(action.answer, state), answer) else -1.0
     if isinstance(action, MaestroSearch):
         action = search_to_delegate(action, next_subtask_id(e.id for e in state.context))
     return _delegate_score(action, state, program, escalate_below)

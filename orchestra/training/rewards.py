@@ -39,12 +39,14 @@ from orchestra.schemas import Delegate, Finish, MaestroSearch, SubTask
 from orchestra.text import ValueFormatError, format_value
 
 __all__ = [
+    "REJECTED",
     "RewardError",
     "RubricScores",
     "decision_reward",
     "format_reward",
     "resolve_answer",
     "rubric",
+    "runtime_action",
     "tool_reward",
     "validity_reward",
 ]
@@ -97,6 +99,27 @@ def validity_reward(text: str, state: OrchestraState, fmt: Format) -> float:
     """1.0 if ``text`` parses and is a valid decision in ``state`` (the runtime's own check), else 0.0."""
     out = parse_decision(text, fmt=fmt, context=validation_context(state))
     return 0.0 if isinstance(out, ParseError) else 1.0
+
+
+#: what a grounded reward (progress, lookahead) pays a decision the runtime rejects: the floor, no
+#: better than a lost task. At 0, above a wasteful plan's net, RL learnt to write invalid text where
+#: it was unsure (validity on val 0.89 -> 0.51 in 70 steps of the recipes bench): in evaluation the
+#: policy itself, not the expert, writes the next decision from the same state, and it loops.
+REJECTED = -1.0
+
+
+def runtime_action(text: str, state: OrchestraState, fmt: Format) -> Action | None:
+    """``text`` as the runtime would execute it in ``state`` (parsed with its own check, a finish's
+    answer substitutable), or None where the runtime rejects it."""
+    action = parse_decision(text, fmt=fmt, context=validation_context(state))
+    if isinstance(action, ParseError):
+        return None
+    if isinstance(action, Finish):
+        try:
+            resolve_answer(action.answer, state)
+        except ReferenceError_:
+            return None
+    return action
 
 
 def rubric(text: str, state: OrchestraState, expert: Action, fmt: Format = "lines") -> RubricScores:
