@@ -1,7 +1,8 @@
 """The recipes at equal budget: from one start policy, each arm trains the steps the same seconds buy.
 
 Usage: python bench/recipes.py [--data data] [--params params.yaml] [--budget-s 150] [--seeds 17,18,19]
-                               [--init sft@550] [--arms a,b,...] [--tasks N] [--out bench_out/recipes]
+                               [--init sft@550] [--arms a,b,...] [--tasks N] [--world-seed 8]
+                               [--out bench_out/recipes] [--quick]
 
 Arms (each from ``--init``, the SFT run's snapshot by default: a policy that still errs):
   sft_continue      SFT on the expert's states (the decision samples), continued
@@ -18,10 +19,14 @@ Each arm runs once per ``train.seed`` in ``--seeds`` in its own copy of the data
 policy, the decision samples) for the optimizer steps ``--budget-s`` seconds buy on 2 idle cores
 (``budget_steps``: the start-up and step costs measured before, state collection included), and is
 scored end to end (``orchestra eval``'s runner: the orchestra system, real tools, builtin sub-agents)
-on every test task. Prints per arm: the mean EM over seeds, the bootstrap 95% interval of
+on every test task, and on the test split of a second world the bench generates first with
+``seed.world.seed = --world-seed`` (the other params the same; ``WORLD_STAGES``, reused when built).
+``--quick``: 60 s per arm, one seed, the first 40 test tasks, no second world. Prints per split and
+arm: the mean EM over seeds, the bootstrap 95% interval of
 (arm - sft_continue) (each arm's seeds resampled, then the tasks, paired by task), optimizer steps
 and the median wall seconds of an optimizer step; the start policy's own EM; and the final line
-``RESULT recipes order=<arms by EM> dagrpo_minus_sft=<d> [lo, hi] step_cost_grpo_over_dagrpo=<r>``
+``RESULT recipes split=<em|em_world2> order=<arms by EM> dagrpo_minus_sft=<d> [lo, hi]
+step_cost_grpo_over_dagrpo=<r>``
 (dagrpo = the better DA-GRPO arm by mean EM). Nothing is asserted: the numbers are what they are.
 """
 
@@ -39,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from orchestra.config import Params, data_root, load_params, parse_params
-from orchestra.stages import DECISION_SAMPLES, POLICY_SFT, SEED_TASKS, VERIFIED_SAMPLES
+from orchestra.io import atomic_write_text
+from orchestra.stages import (
+    ANCHOR_FACTS,
+    DECISION_SAMPLES,
+    POLICY_SFT,
+    REWRITE_CANDIDATES,
+    SEED_TASKS,
+    VERIFIED_SAMPLES,
+)
 
 #: the published RL settings, sized for 2 cores: groups of 8, 4 prompts a step, KL 0.01, warm-up and
 #: cosine decay (the params' own defaults; params.yaml keeps the last bench's)
@@ -161,30 +174,58 @@ def seed_task_interval(
     return float(d.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def run_arm(args: argparse.Namespace, base: Params, src: Path, arm: str, seed: int) -> dict[str, Any]:
+#: the stages that build a world's benchmark (the test split, OmniGAIA format, its media and pages)
+WORLD_STAGES = (SEED_TASKS, ANCHOR_FACTS, REWRITE_CANDIDATES, VERIFIED_SAMPLES)
+
+
+def second_world(base: Params, out: Path, world_seed: int) -> Path:
+    """The data root of a world generated with ``seed.world.seed = world_seed``, the other params the
+    bench's, built up to its benchmark (a finished build is reused: each stage's lineage record)."""
+    from orchestra.pipeline.run import run_stage
+
+    data = base.model_dump(mode="json")
+    root = out / f"world{world_seed}" / "data"
+    data["paths"]["data_dir"] = str(root)
+    data["seed"]["world"]["seed"] = world_seed
+    params = parse_params(data)
+    for name in WORLD_STAGES:
+        run_stage(name, params, root)
+    return root
+
+
+def run_arm(
+    args: argparse.Namespace, base: Params, src: Path, world2: Path | None, arm: str, seed: int
+) -> dict[str, Any]:
     from orchestra.training.run import train_recipe
 
     work = args.out / f"{arm}-{seed}"
     done = work / "result.json"
     if done.is_file():  # a finished run of the same arm and seed (delete --out to redo)
-        return json.loads(done.read_text())
-    root = arm_root(src, work / "data")
-    tracking = work / "mlflow.db"
-    params = arm_params(base, root, tracking, arm, seed, args.init, args.budget_s)
-    t0 = time.perf_counter()
-    res = train_recipe(ARMS[arm][0], params, root)
-    wall = time.perf_counter() - t0
-    em = evaluate(params, root, res.model_dir, work / "eval", args.tasks)
-    out = {
-        "arm": arm,
-        "seed": seed,
-        "steps": res.steps,
-        "train_wall_s": round(wall, 1),
-        "step_s": step_seconds(tracking, res.run_id or ""),
-        "em": em,
-    }
-    done.write_text(json.dumps(out, indent=1) + "\n")
-    shutil.rmtree(root / POLICY_SFT, ignore_errors=True)
+        out = json.loads(done.read_text())
+    else:
+        root = arm_root(src, work / "data")
+        tracking = work / "mlflow.db"
+        params = arm_params(base, root, tracking, arm, seed, args.init, args.budget_s)
+        t0 = time.perf_counter()
+        res = train_recipe(ARMS[arm][0], params, root)
+        wall = time.perf_counter() - t0
+        out = {
+            "arm": arm,
+            "seed": seed,
+            "steps": res.steps,
+            "train_wall_s": round(wall, 1),
+            "step_s": step_seconds(tracking, res.run_id or ""),
+            "model": str(res.model_dir),
+            "em": evaluate(params, root, res.model_dir, work / "eval", args.tasks),
+        }
+        if Path(res.model_dir).parent != root / POLICY_SFT:  # the start's copy, not the arm's policy
+            shutil.rmtree(root / POLICY_SFT, ignore_errors=True)
+    if world2 is not None and "em_world2" not in out:
+        model = Path(out.get("model", ""))
+        if not (model / "config.json").is_file():
+            raise SystemExit(f"{done} has no second-world score and its policy is gone: delete {work}")
+        out["em_world2"] = evaluate(base, world2, model, work / "eval_world2", args.tasks)
+    atomic_write_text(done, json.dumps(out, indent=1) + "\n")
     return out
 
 
@@ -198,7 +239,13 @@ def main() -> int:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--tasks", type=int, default=None, help="first N test tasks (default: all)")
     ap.add_argument("--out", type=Path, default=Path("bench_out/recipes"))
+    ap.add_argument("--world-seed", type=int, default=8, help="the second world's seed.world.seed (0: none)")
+    ap.add_argument(
+        "--quick", action="store_true", help="60 s per arm, one seed, 40 test tasks, no second world"
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.budget_s, args.seeds, args.tasks, args.world_seed = 60.0, "17", 40, 0
     base = load_params(args.params)
     src = args.data or data_root(args.params, base)
     arms = [a for a in args.arms.split(",") if a]
@@ -207,38 +254,48 @@ def main() -> int:
         print(f"error: arms {unknown} unknown, or sft_continue (the baseline) missing", file=sys.stderr)
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
-    start = run_start(args, base, src)
+    world2 = second_world(base, args.out, args.world_seed) if args.world_seed else None
+    start = run_start(args, base, src, world2)
     results: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     for seed in seeds:  # seed-major: an interrupted bench has every arm on its first seeds
         for arm in arms:
-            results[arm].append(run_arm(args, base, src, arm, seed))
-    return report(results, start)
+            results[arm].append(run_arm(args, base, src, world2, arm, seed))
+    report(results, start, "em", "test split")
+    if world2 is not None:
+        report(results, start, "em_world2", f"second world (seed.world.seed {args.world_seed})")
+    return 0
 
 
-def run_start(args: argparse.Namespace, base: Params, src: Path) -> dict[str, int]:
-    """The start policy's own EM on the same tasks (what every arm moves from)."""
+def run_start(args: argparse.Namespace, base: Params, src: Path, world2: Path | None) -> dict[str, Any]:
+    """The start policy's own EM on the same tasks (what every arm moves from), on each split."""
     from orchestra.training.common import init_policy
 
     out = args.out / "start"
     done = out / "em.json"
-    if done.is_file():
-        return json.loads(done.read_text())
-    em = evaluate(base, src, init_policy(src, args.init), out / "eval", args.tasks)
-    done.write_text(json.dumps(em) + "\n")
+    start = init_policy(src, args.init)
+    em = json.loads(done.read_text()) if done.is_file() else {}
+    if em and "em" not in em:  # an earlier bench wrote the test split's scores bare
+        em = {"em": em}
+    if "em" not in em:
+        em["em"] = evaluate(base, src, start, out / "eval", args.tasks)
+    if world2 is not None and "em_world2" not in em:
+        em["em_world2"] = evaluate(base, world2, start, out / "eval_world2", args.tasks)
+    atomic_write_text(done, json.dumps(em) + "\n")
     return em
 
 
-def report(results: dict[str, list[dict[str, Any]]], start: dict[str, int]) -> int:
-    ids = sorted(start)
-    per_seed = {a: np.array([[r["em"][t] for t in ids] for r in rs], float) for a, rs in results.items()}
+def report(results: dict[str, list[dict[str, Any]]], start: dict[str, Any], key: str, split: str) -> None:
+    """The table and ``RESULT`` line of one split (``key``: the results' scores on it)."""
+    ids = sorted(start[key])
+    per_seed = {a: np.array([[r[key][t] for t in ids] for r in rs], float) for a, rs in results.items()}
     base = per_seed["sft_continue"]
-    print(f"start policy: EM {np.mean([start[t] for t in ids]):.3f} on {len(ids)} test tasks")
+    print(f"{split}: start policy EM {np.mean([start[key][t] for t in ids]):.3f} on {len(ids)} tasks")
     head = f"{'arm':18s} {'EM':>6s} {'seeds':>17s} {'minus sft_continue [95%]':>30s}"
     print(f"{head} {'steps':>11s} {'s/step':>7s}")
     rows = {}
     for arm, rs in results.items():
         d, lo, hi = seed_task_interval(per_seed[arm], base)
-        ems = [np.mean([r["em"][t] for t in ids]) for r in rs]
+        ems = [np.mean([r[key][t] for t in ids]) for r in rs]
         steps = [r["steps"] for r in rs]
         cost = statistics.median(r["step_s"] for r in rs)
         rows[arm] = (float(np.mean(ems)), d, lo, hi, cost)
@@ -248,14 +305,13 @@ def report(results: dict[str, list[dict[str, Any]]], start: dict[str, int]) -> i
         )
     order = sorted(rows, key=lambda a: -rows[a][0])
     dag = max((a for a in rows if a.startswith("dagrpo")), key=lambda a: rows[a][0], default=None)
-    line = f"RESULT recipes order={'>'.join(order)}"
+    line = f"RESULT recipes split={key} order={'>'.join(order)}"
     if dag:
         _, d, lo, hi, cost = rows[dag]
         line += f" dagrpo_minus_sft={d:+.3f} [{lo:+.3f}, {hi:+.3f}] ({dag})"
         if "grpo" in rows:
             line += f" step_cost_grpo_over_dagrpo={rows['grpo'][4] / cost:.1f}"
     print(line)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Reward probe: does a decision reward rank the decisions a policy samples by what they are worth?
 
 Usage: python bench/reward_probe.py [--data DIR] [--params params.yaml] [--tasks 10] [--k 6]
-                                    [--temperature 1.0] [--quick]
+                                    [--temperature 1.0] [--init sft] [--quick]
 
 States: every state of two runs per val task — the expert's (the oracle) and the start policy's own
-(``data/policy_sft/model``, greedy). In each, K decisions are sampled from the start policy at
+(``--init``: the SFT policy ``data/policy_sft/model`` by default, ``sft@N`` a snapshot of its run
+such as the recipes bench's start; greedy). In each, K decisions are sampled from the start policy at
 temperature 1 (``--temperature``; its own view of the state). Each distinct decision is labelled by
 its consequence on the real runtime: the run is replayed up to the state, the decision runs, and
 the task is finished twice — by the expert and by the start policy (greedy) — each within
@@ -37,8 +38,10 @@ from typing import Any
 
 from orchestra.config import Params, ProviderSpec, RubricWeights, data_root, load_params
 from orchestra.data import store
+from orchestra.errors import StageError
 from orchestra.schemas import Task
 from orchestra.training.lookahead import TURN_COST, Outcome, ScriptThen
+from orchestra.training.rewards import REJECTED
 
 PUBLISHED = RubricWeights(format=0.1, validity=0.1, tools=0.2, decision=0.6)
 
@@ -189,6 +192,7 @@ def _write(probes: Sequence[Probe], path: Path) -> None:
 def main() -> int:
     from orchestra.agent.lm_policy import lm_policy
     from orchestra.agent.runtime import open_runtime
+    from orchestra.training.common import init_policy
     from orchestra.training.policy import load_policy
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -198,6 +202,7 @@ def main() -> int:
     ap.add_argument("--offset", type=int, default=0, help="skip the first N val tasks (a held-out set)")
     ap.add_argument("--k", type=int, default=6, help="decisions sampled per state")
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    ap.add_argument("--init", default="sft", help="the start policy: sft, sft@N (a snapshot) or a directory")
     ap.add_argument("--quick", action="store_true", help="3 tasks, 4 samples")
     ap.add_argument("--out", type=Path, default=None, help="write one JSON row per state and decision")
     args = ap.parse_args()
@@ -205,9 +210,10 @@ def main() -> int:
         args.tasks, args.k = 3, 4
     params = load_params(args.params)
     root = args.data or data_root(args.params, params)
-    start = store.model_dir(root, "sft")
-    if not (start / "config.json").is_file():
-        print(f"RESULT reward_probe nan (no {start}: run make pipeline)")
+    try:
+        start = init_policy(root, args.init)
+    except StageError as e:
+        print(f"RESULT reward_probe nan ({e}: run make pipeline)")
         return 1
     model, tok, _ = load_policy(start)
     policy = lm_policy(ProviderSpec(kind="transformers", model=str(start)), params.agent, name="start")
@@ -230,8 +236,9 @@ def main() -> int:
     head = f"{len(probes)} states of {len(chosen)} val tasks (from #{args.offset}), K={args.k}"
     print(f"{head}, temperature {args.temperature}")
     print(f"distinct decisions per group {distinct:.2f}; states whose decisions differ in value {spread:.2f}")
-    same = [abs(p.expert[t] - p.rewards[t]["lookahead"]) < 1e-9 for p in probes for t in p.samples]
-    print(f"lookahead (run from the state) = the replayed expert finish: {sum(same)} of {len(same)}")
+    run = [(p.expert[t], p.rewards[t]["lookahead"]) for p in probes for t in p.samples]
+    same = [abs(e - r) < 1e-9 for e, r in run if r != REJECTED]  # rejected: the floor, not the run
+    print(f"lookahead (run from the state) = the replayed expert finish: {sum(same)} of {len(same)} accepted")
     print(
         f"{'reward':18s} {'AUC':>6s} {'pairs':>5s} {'AUC turn':>8s} {'pairs':>5s} "
         f"{'rho(calls)':>10s} {'no signal':>9s}"
