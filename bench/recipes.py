@@ -79,19 +79,27 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 #: tasks run at once when collecting states and scoring (concurrent policy calls decode as one batch)
 CONCURRENCY = 8
-#: seconds a run spends before its first step (loading, tokenising, collecting states) and per
-#: optimizer step on 2 idle cores (docs/results/recipes.md; the RL settings' steps measured on this
-#: branch): the budget is converted to each arm's ``max_steps`` once, so a run's learning-rate
-#: schedule (SFT's cosine, the RL settings' warm-up and cosine) runs to its end, and a busy machine
-#: changes how long the bench takes, not what it trains (the table prints the seconds measured)
-START_S = {"sft": 70.0, "dagrpo": 40.0, "grpo": 20.0}
-STEP_S = {"sft": 0.14, "dagrpo": 0.4, "dagrpo_rl": 8.0, "grpo": 1.7}
+#: per arm, the seconds a run spends before its first step (loading, tokenising, collecting states)
+#: and per optimizer step on 2 idle cores, measured with ``--budget-s 120 --tasks 1 --world-seed 0``
+#: on 2026-12-07 (docs/results/recipes.md; the two arms with the params.yaml settings earlier): the
+#: budget is converted to each arm's ``max_steps`` once, so a run's learning-rate schedule runs to its
+#: end and a busy machine changes how long the bench takes, not what it trains (the table prints the
+#: seconds measured)
+COST_S: dict[str, tuple[float, float]] = {
+    "sft_continue": (92.0, 0.16),
+    "dagger_sft": (129.0, 0.16),
+    "dagrpo_expert": (40.0, 0.4),
+    "dagrpo_policy": (40.0, 0.4),
+    "dagrpo_published": (56.0, 1.43),
+    "dagrpo_progress": (65.0, 3.06),
+    "dagrpo_lookahead": (66.0, 4.34),
+    "grpo": (78.0, 2.52),
+}
 
 
 def budget_steps(arm: str, budget: float) -> int:
-    recipe, extra = ARMS[arm]
-    kind = "dagrpo_rl" if recipe == "dagrpo" and extra.get("num_generations") == 8 else recipe
-    return max(4, int((budget - START_S[recipe]) / STEP_S[kind]))
+    start, step = COST_S[arm]
+    return max(4, int((budget - start) / step))
 
 
 def arm_params(

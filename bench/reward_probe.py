@@ -182,7 +182,7 @@ def _write(probes: Sequence[Probe], path: Path) -> None:
 
     rows = [
         {"state": i, "task": p.task.id, "turn": len(p.prefix), "decision": t, "samples": n}
-        | {"value": p.value[t], "calls": p.calls[t], **p.rewards[t]}
+        | {"value": p.value[t], "expert_finish": p.expert[t], "calls": p.calls[t], **p.rewards[t]}
         for i, p in enumerate(probes)
         for t, n in p.samples.items()
     ]
