@@ -21,8 +21,8 @@ The reward is net progress, in [-1, 1]:
   useful sub-tasks that wait on a same-batch sub-task their step does not read, and ``pending`` the
   steps not yet done (the whole program when the answer is in: then every sub-task is waste).
 
-So a wrong plan scores below the right part of it alone, a wrong finish below any decision that
-keeps the task alive, and a useful re-check above a wrong finish.
+So a wrong plan scores below the right part of it alone, a wrong finish (with rejected text) below
+any decision the runtime runs that keeps the task alive, and a useful re-check above a wrong finish.
 """
 
 from __future__ import annotations
