@@ -21,7 +21,8 @@ policy, the decision samples) for the optimizer steps ``--budget-s`` seconds buy
 scored end to end (``orchestra eval``'s runner: the orchestra system, real tools, builtin sub-agents)
 on every test task, and on the test split of a second world the bench generates first with
 ``seed.world.seed = --world-seed`` (the other params the same; ``WORLD_STAGES``, reused when built).
-``--quick``: 60 s per arm, one seed, the first 40 test tasks, no second world. Prints per split and
+``--quick``: 60 s per arm (less than any arm's start-up, so the minimum 4 steps: a smoke run of the
+bench's path, not a measurement), one seed, the first 40 test tasks, no second world. Prints per split and
 arm: the mean EM over seeds, the bootstrap 95% interval of
 (arm - sft_continue) (each arm's seeds resampled, then the tasks, paired by task), optimizer steps
 and the median wall seconds of an optimizer step; the start policy's own EM; and the final line
@@ -249,7 +250,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("bench_out/recipes"))
     ap.add_argument("--world-seed", type=int, default=8, help="the second world's seed.world.seed (0: none)")
     ap.add_argument(
-        "--quick", action="store_true", help="60 s per arm, one seed, 40 test tasks, no second world"
+        "--quick",
+        action="store_true",
+        help="a smoke run: 60 s per arm (4 steps), one seed, 40 test tasks, no second world",
     )
     args = ap.parse_args()
     if args.quick:
