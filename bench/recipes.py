@@ -103,12 +103,18 @@ def budget_steps(arm: str, budget: float) -> int:
     return max(4, int((budget - start) / step))
 
 
+def rooted(base: Params, root: Path) -> dict[str, Any]:
+    """``base`` as data to edit, its data folder ``root``."""
+    data = base.model_dump(mode="json")
+    data["paths"]["data_dir"] = str(root)
+    return data
+
+
 def arm_params(
     base: Params, root: Path, tracking: Path, arm: str, seed: int, init: str, budget: float
 ) -> Params:
     recipe, extra = ARMS[arm]
-    data = base.model_dump(mode="json")
-    data["paths"]["data_dir"] = str(root)
+    data = rooted(base, root)
     data["train"]["seed"] = seed
     section = data["train"][recipe]
     section.update({"init": init, "max_wall_s": None, "max_steps": budget_steps(arm, budget), **extra})
@@ -192,9 +198,8 @@ def second_world(base: Params, out: Path, world_seed: int) -> Path:
     bench's, built up to its benchmark (a finished build is reused: each stage's lineage record)."""
     from orchestra.pipeline.run import run_stage
 
-    data = base.model_dump(mode="json")
     root = out / f"world{world_seed}" / "data"
-    data["paths"]["data_dir"] = str(root)
+    data = rooted(base, root)
     data["seed"]["world"]["seed"] = world_seed
     params = parse_params(data)
     for name in WORLD_STAGES:
@@ -285,8 +290,6 @@ def run_start(args: argparse.Namespace, base: Params, src: Path, world2: Path | 
     done = out / "em.json"
     start = init_policy(src, args.init)
     em = json.loads(done.read_text()) if done.is_file() else {}
-    if em and "em" not in em:  # an earlier bench wrote the test split's scores bare
-        em = {"em": em}
     if "em" not in em:
         em["em"] = evaluate(base, src, start, out / "eval", args.tasks)
     if world2 is not None and "em_world2" not in em:
