@@ -14,6 +14,9 @@ Arms (each from ``--init``, the SFT run's snapshot by default: a policy that sti
   dagrpo_progress   DA-GRPO on the policy's own states, the progress reward, RL settings, dynamic
                     sampling (2 resampling rounds)
   dagrpo_lookahead  the same with the lookahead reward (the decision run, the expert finishing)
+  dagrpo_progress_guided, dagrpo_lookahead_guided
+                    the same two with a group whose samples all tie scored again with the expert's
+                    decision in one sample's place (``train.dagrpo.guide``, training/dynamic.py)
   grpo              outcome GRPO (Maestro): rollouts end to end, reward = answer + format
 Each arm runs once per ``train.seed`` in ``--seeds`` in its own copy of the data root (the start
 policy, the decision samples) for the optimizer steps ``--budget-s`` seconds buy on 2 idle cores
@@ -76,6 +79,14 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "dagrpo_progress": ("dagrpo", {"states": "policy", "reward": "progress", "resample_rounds": 2, **RL}),
     "dagrpo_lookahead": ("dagrpo", {"states": "policy", "reward": "lookahead", "resample_rounds": 2, **RL}),
+    "dagrpo_progress_guided": (
+        "dagrpo",
+        {"states": "policy", "reward": "progress", "resample_rounds": 2, "guide": True, **RL},
+    ),
+    "dagrpo_lookahead_guided": (
+        "dagrpo",
+        {"states": "policy", "reward": "lookahead", "resample_rounds": 2, "guide": True, **RL},
+    ),
     "grpo": ("grpo", {}),
 }
 #: tasks run at once when collecting states and scoring (concurrent policy calls decode as one batch)
@@ -94,6 +105,8 @@ COST_S: dict[str, tuple[float, float]] = {
     "dagrpo_published": (56.0, 1.43),
     "dagrpo_progress": (65.0, 3.06),
     "dagrpo_lookahead": (66.0, 4.34),
+    "dagrpo_progress_guided": (84.0, 2.40),
+    "dagrpo_lookahead_guided": (77.0, 3.20),
     "grpo": (78.0, 2.52),
 }
 

@@ -261,6 +261,21 @@ def test_dagrpo_trains_on_a_grounded_reward_and_resamples_groups_without_signal(
 
 
 @pytest.mark.slow
+def test_dagrpo_guides_groups_without_signal_with_the_experts_decision(
+    sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any]
+) -> None:
+    from orchestra.training.run import train_recipe
+
+    root = _copy(sft_root, tmp_path)
+    dag = {"reward": "progress", "guide": True, "init": "sft@20", "per_device_batch_size": 8, "save_steps": 2}
+    res = train_recipe("dagrpo", _params(tmp_path, root, tiny_train, dagrpo=dag), root)
+    assert res.steps == 2 and (root / "policy_dagrpo" / "model" / "model.safetensors").is_file()
+    guided = _metric(tmp_path, res.run_id, "dynamic/guided")
+    trained = _metric(tmp_path, res.run_id, "dynamic/signal_trained")
+    assert len(guided) == 2 and all(0 <= g <= t for g, t in zip(guided, trained, strict=True))
+    assert max(guided) > 0  # the snapshot's groups that all tie get the expert's decision
+
+
 def test_dagger_sft_adds_the_policy_states(
     sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any]
 ) -> None:

@@ -165,6 +165,12 @@ class DAGRPOParams(GRPOParams):
         description="DAPO's dynamic sampling: groups whose rewards all tie are dropped and replaced by "
         "fresh prompts, up to this many rounds per generation batch (training/dynamic.py); 0 = off",
     )
+    guide: bool = Field(
+        False,
+        description="a group whose decisions all tie below the expert's is scored again with the expert's "
+        "decision in place of one sample and kept when that gives it spread (off-policy guidance, "
+        "training/dynamic.py)",
+    )
     reward_provider: str = "builtin"
     rubric: RubricWeights = RubricWeights()
     answer_credit: bool = Field(

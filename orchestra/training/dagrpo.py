@@ -4,7 +4,8 @@ The reward (``train.dagrpo.reward``) is Orchestra-o1's rubric against the expert
 TRL reward functions, weighted by ``train.dagrpo.rubric``), or one grounded reward: ``progress``
 (training/progress.py) or ``lookahead`` (training/lookahead.py: the decision run on the real runtime
 from its state and the task finished by the expert). Groups whose decisions all score alike can be
-dropped and resampled (``resample_rounds``, training/dynamic.py).
+guided by the expert's decision (``guide``) and dropped and resampled (``resample_rounds``), both in
+training/dynamic.py.
 """
 
 from __future__ import annotations
@@ -257,7 +258,8 @@ def train_dagrpo(params: Params, root: Path) -> TrainResult:
             dirs.remember_run(run_id)
             log_samples_input(path, digest, [p.sample for p in samples], "training")
             log_metrics({**stats, "distinct_train_states": float(len(train))})
-            trainer = dynamic_trainer(reserve, gp.resample_rounds)(
+            guides = {p.sample.sample_id: p.target for p in train} if gp.guide else None
+            trainer = dynamic_trainer(reserve, gp.resample_rounds, guides)(
                 model=model,
                 reward_funcs=funcs,
                 args=grpo_config(gp, dirs.checkpoints, params.train.seed, weights, gp.save_steps),
