@@ -317,7 +317,8 @@ def report(results: dict[str, list[dict[str, Any]]], start: dict[str, Any], key:
     per_seed = {a: np.array([[r[key][t] for t in ids] for r in rs], float) for a, rs in results.items()}
     base = per_seed["sft_continue"]
     print(f"{split}: start policy EM {np.mean([start[key][t] for t in ids]):.3f} on {len(ids)} tasks")
-    head = f"{'arm':18s} {'EM':>6s} {'seeds':>17s} {'minus sft_continue [95%]':>30s}"
+    w = max(len(a) for a in results)
+    head = f"{'arm':{w}s} {'EM':>6s} {'seeds':>17s} {'minus sft_continue [95%]':>30s}"
     print(f"{head} {'steps':>11s} {'s/step':>7s}")
     rows = {}
     for arm, rs in results.items():
@@ -327,7 +328,7 @@ def report(results: dict[str, list[dict[str, Any]]], start: dict[str, Any], key:
         cost = statistics.median(r["step_s"] for r in rs)
         rows[arm] = (float(np.mean(ems)), d, lo, hi, cost)
         print(
-            f"{arm:18s} {np.mean(ems):6.3f} {'/'.join(f'{e:.3f}' for e in ems):>17s} "
+            f"{arm:{w}s} {np.mean(ems):6.3f} {'/'.join(f'{e:.3f}' for e in ems):>17s} "
             f"{d:+9.3f} [{lo:+.3f}, {hi:+.3f}]     {'/'.join(map(str, steps)):>11s} {cost:7.2f}"
         )
     order = sorted(rows, key=lambda a: -rows[a][0])
