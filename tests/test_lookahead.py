@@ -1,10 +1,12 @@
 """The lookahead value on a small-world task (two branches, five steps): a run resumed from a recorded
 state goes on as the run it came from, and a decision is worth the outcome it leads to less the
-turns and calls it costs. And DAPO's dynamic sampling: groups without reward spread are replaced."""
+turns and calls it costs. And DAPO's dynamic sampling: groups without reward spread are guided by a
+reference decision or replaced."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_expert import _state_after
@@ -75,10 +77,12 @@ def test_a_decision_is_worth_its_outcome_less_the_turns_and_calls_it_costs(
     assert values["garbage"] == values["wrong finish"] == REJECTED
 
 
-def test_dynamic_sampling_replaces_groups_whose_rewards_all_tie() -> None:
+def test_dynamic_sampling_guides_or_replaces_groups_whose_rewards_all_tie() -> None:
+    from functools import partial
+
     import torch
 
-    from orchestra.training.dynamic import _fill, merge_groups, spread_groups
+    from orchestra.training.dynamic import _fill, _guide, merge_groups, spread_groups
 
     def batch(advantages: list[float], prompt_w: int, completion_w: int) -> dict[str, torch.Tensor]:
         n = len(advantages)
@@ -109,9 +113,34 @@ def test_dynamic_sampling_replaces_groups_whose_rewards_all_tie() -> None:
     assert stats == {
         "dynamic/no_signal_drawn": 0.5,
         "dynamic/signal_trained": 1.0,
+        "dynamic/guided": 0.0,
         "dynamic/groups_drawn": 4.0,
     }
     flat, stats = _fill(first, lambda rows: batch([0.0, 0.0], 3, 4), reserve, step=3, rounds=1, n=2, pad_id=0)
     assert flat["advantages"].tolist() == [1.0, -1.0, 0.0, 0.0]  # nothing better: the batch keeps its size
     assert stats["dynamic/signal_trained"] == 0.5
     assert merge_groups([(first, 1), (first, 0)], 2, 0)["advantages"].tolist() == [0.0, 0.0, 1.0, -1.0]
+
+    # guided: the group without spread is scored again with the reference as its last sample
+    rows = [{"prompt": "p", "sample_id": "s0"}] * 2 + [{"prompt": "q", "sample_id": "s1"}] * 2
+    forced: list[tuple[list[dict[str, str]], list[list[int]]]] = []
+
+    def force(ref_on_top: bool) -> Any:
+        def scored(rs: list[dict[str, str]], ids: list[list[int]]) -> dict[str, torch.Tensor]:
+            forced.append((rs, ids))
+            return batch([-1.0, 1.0] if ref_on_top else [1.0, -1.0], 3, 4)
+
+        return scored
+
+    refs = {"s1": [9, 2]}
+    for on_top in (True, False):
+        asked.clear()
+        guided = partial(_guide, first, rows, force=force(on_top), guides=refs.get, n=2)
+        out, stats = _fill(first, score, reserve, step=3, rounds=1, n=2, pad_id=0, guided=guided)
+        assert forced[-1] == ([rows[2], rows[3]], [[7, 7, 7, 7], [9, 2]])  # drawn kept, reference last
+        if on_top:  # kept: nothing resampled
+            assert not asked and out["advantages"].tolist() == [1.0, -1.0, -1.0, 1.0]
+            assert stats["dynamic/guided"] == 0.5 and stats["dynamic/signal_trained"] == 1.0
+            assert stats["dynamic/no_signal_drawn"] == 0.5 and stats["dynamic/groups_drawn"] == 2.0
+        else:  # the reference below a drawn decision is not trained on: the group is resampled
+            assert len(asked) == 1 and stats["dynamic/guided"] == 0.0
