@@ -260,7 +260,6 @@ def test_dagrpo_trains_on_a_grounded_reward_and_resamples_groups_without_signal(
     assert _metric(tmp_path, res.run_id, "screen_candidates") == [8.0]  # 2 steps x 2 prompts x screen 2
 
 
-@pytest.mark.slow
 def test_dagrpo_guides_groups_without_signal_with_the_experts_decision(
     sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any]
 ) -> None:
@@ -276,6 +275,7 @@ def test_dagrpo_guides_groups_without_signal_with_the_experts_decision(
     assert max(guided) > 0  # the snapshot's groups that all tie get the expert's decision
 
 
+@pytest.mark.slow
 def test_dagger_sft_adds_the_policy_states(
     sft_root: Path, tmp_path: Path, tiny_train: dict[str, Any]
 ) -> None:
