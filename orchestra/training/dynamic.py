@@ -94,13 +94,13 @@ def _guide(
     """Of ``first``'s groups ``aside`` (no spread), those with a reference, scored again in one batch
     with the reference as their last sample (module docstring): the guided groups to keep, and the
     groups still aside."""
-    ref = {g: guides(str(rows[g * n]["sample_id"])) for _, g in aside}
-    todo = [g for _, g in aside if ref[g] is not None]
+    ref = {g: r for _, g in aside if (r := guides(str(rows[g * n]["sample_id"]))) is not None}
+    todo = list(ref)
     if not todo:
         return [], aside
     ids: list[list[int]] = []
     for g in todo:
-        ids += [*(_drawn_ids(first, g * n + i) for i in range(n - 1)), ref[g]]  # type: ignore[list-item]
+        ids += [*(_drawn_ids(first, g * n + i) for i in range(n - 1)), ref[g]]
     out = force([dict(rows[g * n + i]) for g in todo for i in range(n)], ids)
     spread = spread_groups(out["advantages"], n)
     good = {g for k, g in enumerate(todo) if spread[k] and float(out["advantages"][k * n + n - 1]) > 0}
@@ -141,7 +141,7 @@ def _fill(
     stats = {
         "dynamic/no_signal_drawn": (drawn - len(kept) + len(with_ref)) / drawn,
         "dynamic/signal_trained": signal / groups,
-        "dynamic/guided": min(len(with_ref), groups) / groups,
+        "dynamic/guided": len(with_ref) / groups,
         "dynamic/groups_drawn": float(drawn),
     }
     same = drawn == groups and not with_ref
@@ -158,10 +158,13 @@ def dynamic_trainer(
 
     from trl import GRPOTrainer
 
+    texts: Mapping[str, str] = guides or {}
+
     class DynamicGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._forced: list[list[int]] | None = None
+            self._refs: dict[str, list[int]] = {}
             if (rounds or guides) and self.accelerator.num_processes > 1:
                 raise StageError("dynamic sampling (train.dagrpo.resample_rounds, guide) runs in one process")
             if guides and self.use_vllm:
@@ -182,18 +185,23 @@ def dynamic_trainer(
                 self._forced = None
 
         def _reference(self, sample_id: str) -> list[int] | None:
-            text = (guides or {}).get(sample_id)
-            if text is None:
-                return None
-            tok = self.processing_class
-            return [*tok(text, add_special_tokens=False)["input_ids"], int(tok.eos_token_id)]
+            """The reference's token ids and the end of text, tokenised once per prompt."""
+            if sample_id not in self._refs and sample_id in texts:
+                tok = self.processing_class
+                ids = tok(texts[sample_id], add_special_tokens=False)["input_ids"]
+                self._refs[sample_id] = [*ids, int(tok.eos_token_id)]
+            return self._refs.get(sample_id)
 
         def _generate_and_score_completions(self, inputs: list[Any]) -> Output:
             out = super()._generate_and_score_completions(inputs)
             if not self.model.training or not (rounds or guides):
                 return out
             n = self.num_generations
-            guided = partial(_guide, out, inputs, force=self._score_forced, guides=self._reference, n=n)
+            guided = (
+                partial(_guide, out, inputs, force=self._score_forced, guides=self._reference, n=n)
+                if guides
+                else None
+            )
             out, stats = _fill(
                 out,
                 super()._generate_and_score_completions,
@@ -202,7 +210,7 @@ def dynamic_trainer(
                 rounds,
                 n,
                 int(self.processing_class.pad_token_id),
-                guided if guides else None,
+                guided,
             )
             for k, v in stats.items():
                 self._metrics["train"][k].append(v)
