@@ -1,7 +1,9 @@
-"""Atomic file and directory writes (temp, then rename), JSONL/Parquet record I/O, a folder's digest."""
+"""Atomic file and directory writes (temp, then rename), a lock between processes, JSONL/Parquet record
+I/O, a folder's digest."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -71,6 +73,17 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         os.replace(path, old)
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if absent) while the block runs: ``flock``, so it
+    holds between processes and between threads that open the file apart, and dies with its holder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def dir_digest(path: Path) -> str:

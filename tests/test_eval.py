@@ -208,6 +208,37 @@ def _ladder_root(built: tuple[Path, str], tmp_path: Path, name: str) -> Path:
     return root
 
 
+def test_the_partition_that_completes_the_shards_merges_under_the_stage_lock(
+    built: tuple[Path, str], tmp_path: Path
+) -> None:
+    """On a cluster each shard is a partition in its own process, and two that finish together both find
+    every shard in: the merge (and the folder's hash, the lineage record) waits for the stage's lock, so
+    no partition walks a row folder another is replacing (a cluster run failed on the temp folder of a
+    merged row that vanished under the other partition's walk)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from orchestra.data.store import SCORES_FILE, stage_lock
+    from orchestra.evaluation.ladder import build_benchmark_scores, shard_dir
+
+    ev = {"rows": ["react_oracle"], "tasks": 4, "max_turns": 8, "concurrency": 1, "shards": 2, "workers": 1}
+    params = Params.model_validate({"eval": ev})
+    root = _ladder_root(built, tmp_path, "locked")
+    out = root / "benchmark_scores"
+    assert not build_benchmark_scores(params, root, [0], key="k")["complete"]
+    assert not (out / "react_oracle").exists()
+    with ThreadPoolExecutor(1) as pool:
+        with stage_lock(root, "benchmark_scores"):  # another partition holds it
+            job = pool.submit(build_benchmark_scores, params, root, [1], "k")
+            deadline = time.monotonic() + 120
+            while not (shard_dir(root, 1) / "shard.json").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)
+            assert (shard_dir(root, 1) / "shard.json").exists(), "shard 1 was not built"
+            assert not job.done() and not (out / "react_oracle").exists() and not (out / SCORES_FILE).exists()
+        meta = job.result(timeout=120)
+    assert meta["complete"] and meta["tasks"] == 4 and (out / "react_oracle" / "results.json").is_file()
+
+
 def test_ladder_units_in_worker_processes_match_one_process_and_a_failing_row_keeps_the_shards(
     built: tuple[Path, str], tmp_path: Path
 ) -> None:

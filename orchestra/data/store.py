@@ -10,11 +10,12 @@ any machine, in any checkout folder.
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from orchestra.errors import StageError
-from orchestra.io import atomic_write_text, dump_json, read_jsonl
+from orchestra.io import atomic_write_text, dump_json, file_lock, read_jsonl
 from orchestra.schemas import (
     AnchorFact,
     ReferenceSolution,
@@ -44,6 +45,7 @@ __all__ = [
     "CLOCK_FILE",
     "CLOCK_KEYS",
     "KB_DIR",
+    "LOCK_FILE",
     "MATERIAL_FILE",
     "MEDIA_DIR",
     "POLICY_STAGES",
@@ -76,6 +78,7 @@ __all__ = [
     "seeds_dir",
     "split_clock",
     "stage_dir",
+    "stage_lock",
     "write_run_record",
 ]
 
@@ -83,6 +86,8 @@ __all__ = [
 RUN_DIR = "_run"
 #: the runner's record of one run of a stage: when, how long, and what the stage measured
 RUN_FILE = "run.json"
+#: the lock file of a sharded stage, in its run record's folder (:func:`stage_lock`)
+LOCK_FILE = ".lock"
 #: in a run record folder: one line per trajectory or evaluated item, its clock readings (:func:`split_clock`)
 CLOCK_FILE = "clock.jsonl"
 #: in a run record folder: latency percentiles and wall seconds (an evaluation's, benchmark_scores' rows)
@@ -103,6 +108,12 @@ SCORES_FILE = "scores.json"
 
 def stage_dir(root: Path, name: str) -> Path:
     return Path(root) / name
+
+
+def stage_lock(root: Path, name: str) -> AbstractContextManager[None]:
+    """Held by whoever writes or reads a sharded stage's folder whole (the shards' merge, its lineage
+    record, its hash) while another partition's process, here or on another worker, may write into it."""
+    return file_lock(run_dir(stage_dir(root, name)) / LOCK_FILE)
 
 
 def _need(path: Path, stage: str) -> Path:

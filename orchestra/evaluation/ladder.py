@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
-from orchestra.data.store import RUN_DIR, SCORES_FILE, TIMING_FILE, benchmark_file, run_dir, stage_dir
+from orchestra.data.store import (
+    RUN_DIR,
+    SCORES_FILE,
+    TIMING_FILE,
+    benchmark_file,
+    run_dir,
+    stage_dir,
+    stage_lock,
+)
 from orchestra.errors import StageError
 from orchestra.evaluation.report import (
     BY_KEY,
@@ -195,6 +203,28 @@ def _tasks(cfg: Any) -> list[Any]:
     return read_tasks_json(cfg.benchmark)[: cfg.limit]
 
 
+def _merge_if_complete(
+    params: Params, root: Path, rows: list[Row], want: tuple[str, int, list[str]]
+) -> dict[str, Any]:
+    """Merge the rows when every shard is built from ``want`` (key, shards, rows); the stage's metadata."""
+    n = params.eval.shards
+    infos = {k: _shard_info(root, k) or {} for k in range(n)}
+    ready = {k: i for k, i in infos.items() if (i.get("inputs"), i.get("of"), i.get("rows")) == want}
+    meta: dict[str, Any] = {"rows": len(rows), "shards": n, "complete": len(ready) == n}
+    if len(ready) == n:
+        out = stage_dir(root, BENCHMARK_SCORES)
+        keep = {f"shard-{k}" for k in range(n)} | {r.key for r in rows} | {SCORES_FILE, LINEAGE_FILE, RUN_DIR}
+        for old in out.iterdir():  # rows and shards of an earlier layout or eval.shards
+            if old.name not in keep and not old.name.startswith("."):
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        scores = _merge(params, root, rows, ready)
+        meta.update(
+            tasks=max((s["n"] for s in scores.values()), default=0),
+            accuracy={k: round(v["accuracy"]["em"]["mean"], 4) for k, v in scores.items()},
+        )
+    return meta
+
+
 def build_benchmark_scores(
     params: Params, root: Path, shards: list[int] | None = None, key: str = ""
 ) -> dict[str, Any]:
@@ -219,20 +249,8 @@ def build_benchmark_scores(
     ]
     if ran:
         _run_shards(params, root, rows, ran, key)
-    infos = {k: _shard_info(root, k) or {} for k in range(n)}
-    ready = {k: i for k, i in infos.items() if (i.get("inputs"), i.get("of"), i.get("rows")) == want}
-    meta: dict[str, Any] = {"rows": len(rows), "shards": n, "complete": len(ready) == n}
-    if len(ready) == n:
-        out = stage_dir(root, BENCHMARK_SCORES)
-        keep = {f"shard-{k}" for k in range(n)} | {r.key for r in rows} | {SCORES_FILE, LINEAGE_FILE, RUN_DIR}
-        for old in out.iterdir():  # rows and shards of an earlier layout or eval.shards
-            if old.name not in keep and not old.name.startswith("."):
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
-        scores = _merge(params, root, rows, ready)
-        meta.update(
-            tasks=max((s["n"] for s in scores.values()), default=0),
-            accuracy={k: round(v["accuracy"]["em"]["mean"], 4) for k, v in scores.items()},
-        )
+    with stage_lock(root, BENCHMARK_SCORES):  # partitions on other workers may complete the set too
+        meta = _merge_if_complete(params, root, rows, want)
     timing = read_timing(root) if meta["complete"] else {}
     meta["run"] = {"wall_s": round(time.perf_counter() - t0, 1), "shards_run": ran, "timing": timing}
     return meta

@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from orchestra import lineage
 from orchestra.config import Params
-from orchestra.data.store import read_run_record, write_run_record
+from orchestra.data.store import read_run_record, stage_lock, write_run_record
 from orchestra.errors import StageError
 from orchestra.pipeline.scope import scoped
 from orchestra.stages import STAGES, Stage, get_stage
@@ -54,8 +55,9 @@ def run_stage(
         **meta.pop(RUN_KEY, {}),
     }
     if meta.get("complete", True):  # a sharded run of some shards records nothing until all are in
-        lineage.record(name, root, fp, meta)
-        write_run_record(root, name, run)
+        with stage_lock(root, name) if stage.sharded else nullcontext():
+            lineage.record(name, root, fp, meta)
+            write_run_record(root, name, run)
     return {**meta, RUN_KEY: run, "up_to_date": False}
 
 
