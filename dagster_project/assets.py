@@ -1,17 +1,13 @@
 """Thin Dagster assets, one per row of the stage table (orchestra/stages.py), and its blocking checks."""
 
 import time
-from contextlib import nullcontext
-from pathlib import Path
 
 import dagster as dg
 
 from dagster_project.resources import PARAMS_PATH, ParamsResource
 from orchestra.config import load_params
-from orchestra.data.store import stage_lock
 from orchestra.evaluation.ladder import shard_keys
-from orchestra.lineage import dir_md5
-from orchestra.pipeline.run import run_check, run_stage
+from orchestra.pipeline.run import folder_md5, run_check, run_stage
 from orchestra.stages import STAGES, Check, Stage
 
 #: benchmark_scores' partitions: one per benchmark shard (eval.shards of the code location's params)
@@ -43,15 +39,6 @@ def _mlflow_link(context: dg.AssetExecutionContext, params: ParamsResource, run_
     return dg.MetadataValue.url(f"{params.load().tracking.ui_url}/#/experiments/{exp}/runs/{run_id}")
 
 
-def _folder_md5(root: Path, stage: Stage, meta: dict) -> dict[str, dg.MetadataValue]:
-    """The stage folder's DVC hash; of a sharded stage only once every shard is in (another partition
-    may still be writing its shard), and read under the stage's lock (or merging the rows)."""
-    if not meta.get("complete", True):
-        return {}
-    with stage_lock(root, stage.name) if stage.sharded else nullcontext():
-        return {"dvc_md5": dg.MetadataValue.text(dir_md5(root / stage.name))}
-
-
 def _materialize(
     context: dg.AssetExecutionContext, params: ParamsResource, stage: Stage
 ) -> dg.MaterializeResult:
@@ -65,6 +52,7 @@ def _materialize(
     took = round(time.perf_counter() - t0, 1)
     state = "up to date, not recomputed" if meta["up_to_date"] else f"{meta['rows']} {stage.rows}"
     context.log.info(f"{name}: {state} in {took} s -> {root / name}")
+    md5 = folder_md5(stage, root, meta)
     run = meta.pop("run")  # what this run measured: shown beside the summary, kept out of the lineage
     if run.get("ge_data_docs"):
         context.log.info(f"Great Expectations Data Docs: {run['ge_data_docs']}")
@@ -78,7 +66,7 @@ def _materialize(
             "path": dg.MetadataValue.path(str(root / name)),
             "dagster/row_count": dg.MetadataValue.int(meta["rows"]),
             "stage_seconds": dg.MetadataValue.float(took),
-            **_folder_md5(root, stage, meta),
+            **({"dvc_md5": dg.MetadataValue.text(md5)} if md5 else {}),
             **extra,
             **_metadata({**meta, **run}),
         }

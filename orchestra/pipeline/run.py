@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from orchestra.errors import StageError
 from orchestra.pipeline.scope import scoped
 from orchestra.stages import STAGES, Stage, get_stage
 
-__all__ = ["load_function", "run_check", "run_stage", "stale"]
+__all__ = ["folder_md5", "load_function", "run_check", "run_stage", "stale"]
 
 #: the key of a stage's metadata that holds what its run measured (wall seconds, run ids, paths): it goes
 #: to the run record, not to the lineage record
@@ -29,6 +29,20 @@ def load_function(ref: str) -> Callable[..., Any]:
     """The function a ``module:function`` reference of the stage table names."""
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def _held(stage: Stage, root: Path) -> AbstractContextManager[None]:
+    """The stage's lock where partitions in other processes share its folder (a sharded stage)."""
+    return stage_lock(root, stage.name) if stage.sharded else nullcontext()
+
+
+def folder_md5(stage: Stage, root: Path, meta: dict[str, Any]) -> str | None:
+    """The stage folder's DVC hash, read under its lock; None while a sharded stage's shards are missing
+    (``meta``: what :func:`run_stage` returned; another partition may still be writing its shard)."""
+    if not meta.get("complete", True):
+        return None
+    with _held(stage, root):
+        return lineage.dir_md5(Path(root) / stage.name)
 
 
 def run_stage(
@@ -55,7 +69,7 @@ def run_stage(
         **meta.pop(RUN_KEY, {}),
     }
     if meta.get("complete", True):  # a sharded run of some shards records nothing until all are in
-        with stage_lock(root, name) if stage.sharded else nullcontext():
+        with _held(stage, root):
             lineage.record(name, root, fp, meta)
             write_run_record(root, name, run)
     return {**meta, RUN_KEY: run, "up_to_date": False}
