@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -71,7 +70,7 @@ def held_out_file(data: Path, out: Path, params_file: Path, limit: int | None) -
         for m in t.omni_modal_input:
             dst = user / "media" / m.path
             dst.parent.mkdir(parents=True, exist_ok=True)
-            os.link(media_dir(data) / m.path, dst)
+            shutil.copyfile(media_dir(data) / m.path, dst)  # a copy: seed_tasks refuses hard links
     keep = ("id", "question", "answer", "omni_modal_input", "level", "task_type", "category")
     write_tasks_json(user / "tasks.json", [Task(**{k: getattr(t, k) for k in keep}) for t in held])
     return {str(t.id): t for t in held}

@@ -1,5 +1,5 @@
 """Atomic file and directory writes (temp, then rename), a lock between processes, JSONL/Parquet record
-I/O, a folder's digest."""
+I/O, a folder's digest, a task's media file confined to its media folder."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -93,6 +94,84 @@ def dir_digest(path: Path) -> str:
     for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else ():
         h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
+
+
+def media_path_problem(rel: str) -> str | None:
+    """What is wrong with ``rel`` as a task's media path (relative to its media folder), or None: it
+    must be relative, in normal form (no ``.``, ``..`` or empty parts, ``/`` between them) and free of
+    control characters, so that it names a file under the folder and nothing else."""
+    if not rel:
+        return "it is empty"
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        return "it holds a control character (NUL, newline, ...)"
+    if "\\" in rel:
+        return "it holds a backslash (media paths use '/')"
+    if rel.startswith("/") or rel[1:3] == ":/":
+        return "it is absolute (media paths are relative to the task file's media folder)"
+    parts = rel.split("/")
+    if ".." in parts:
+        return "it climbs out of the media folder ('..')"
+    if "" in parts or "." in parts:
+        return "it is not in normal form (an empty or '.' part)"
+    return None
+
+
+def media_file(root: Path, rel: str) -> Path:
+    """``root/rel``, a task's media file, checked to lie inside ``root``: ``rel`` passes
+    :func:`media_path_problem`, no part of the way from ``root`` is a symbolic link (a link is never
+    followed, wherever it points) and the end is a regular file (not a FIFO, a device or a folder).
+    RecordError naming ``rel`` otherwise."""
+    problem = media_path_problem(rel)
+    if problem:
+        raise RecordError(f"media path {rel!r}: {problem}")
+    path = Path(root)
+    for part in PurePosixPath(rel).parts:
+        path = path / part
+        try:
+            mode = path.lstat().st_mode
+        except OSError as e:
+            raise RecordError(f"media path {rel!r}: {path} is missing ({e.strerror})") from e
+        if stat.S_ISLNK(mode):
+            raise RecordError(f"media path {rel!r}: {path} is a symbolic link, which is never followed")
+    if not stat.S_ISREG(mode):
+        raise RecordError(f"media path {rel!r}: {path} is not a regular file")
+    return path
+
+
+def _open_below(root: Path, rel: str) -> int:
+    """A descriptor of ``root/rel`` opened part by part with ``O_NOFOLLOW`` (and ``O_NONBLOCK``, so a
+    FIFO does not block the open); RecordError where a part is a link or missing."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in rel.split("/"):
+            below = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    except OSError as e:
+        os.close(fd)
+        raise RecordError(
+            f"media path {rel!r}: cannot be opened without following a link ({e.strerror})"
+        ) from e
+    return fd
+
+
+def copy_media(root: Path, rel: str, dst: Path) -> int:
+    """Copy the media file ``root/rel`` to ``dst`` (in a folder being staged: not itself atomic),
+    read through a descriptor opened part by part with ``O_NOFOLLOW``, so a link put in the way after
+    :func:`media_file`'s check is refused, not followed; the file must be a regular file with no second
+    hard link (which may be any file of the same disk). Returns its size; RecordError naming ``rel``
+    otherwise, with nothing written."""
+    media_file(root, rel)
+    with os.fdopen(_open_below(Path(root), rel), "rb") as src:
+        st = os.fstat(src.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise RecordError(f"media path {rel!r}: not a regular file")
+        if st.st_nlink > 1:
+            raise RecordError(f"media path {rel!r}: a file with {st.st_nlink} hard links (copy it)")
+        Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        with open(dst, "wb") as out:
+            shutil.copyfileobj(src, out)
+    return st.st_size
 
 
 def dump_json(obj: object) -> str:

@@ -7,10 +7,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from orchestra.errors import RecordError
-from orchestra.io import atomic_write_text, read_jsonl, read_parquet, record_dict, write_jsonl, write_parquet
+from orchestra.io import (
+    atomic_write_text,
+    media_path_problem,
+    read_jsonl,
+    read_parquet,
+    record_dict,
+    write_jsonl,
+    write_parquet,
+)
 
 __all__ = [
     "AnchorFact",
@@ -72,7 +80,15 @@ class _Open(BaseModel):
 class ModalInput(_Open):
     type: str = Field(description="image | audio | video")
     id: str
-    path: str = Field(description="relative to the task file's media root")
+    path: str = Field(description="relative to the task file's media root, in normal form, never '..'")
+
+    @field_validator("path")
+    @classmethod
+    def _confined(cls, v: str) -> str:
+        problem = media_path_problem(v)
+        if problem:
+            raise ValueError(f"media path {v!r}: {problem}")
+        return v
 
 
 class Source(_Open):
@@ -179,15 +195,27 @@ def distribution(tasks: list[Task]) -> dict[str, dict[str, int]]:
     }
 
 
+def _which_task(raw: bytes, e: ValidationError) -> str:
+    """``task <id>: `` for the task of ``e``'s first problem where the file parses and it has an id."""
+    loc = e.errors()[0]["loc"] if e.errors() else ()
+    try:
+        task = json.loads(raw)[loc[0]] if loc and isinstance(loc[0], int) else None
+    except (ValueError, RecursionError, IndexError, TypeError, KeyError):
+        return ""
+    return f"task {str(task['id'])[:80]!r}: " if isinstance(task, dict) and "id" in task else ""
+
+
 def read_tasks_json(path: Path) -> list[Task]:
-    """Read an OmniGAIA-format JSON array of tasks."""
+    """Read an OmniGAIA-format JSON array of tasks; RecordError naming the file (and the task, where it
+    has an id) when it cannot be read or does not match the schema."""
     path = Path(path)
     try:
-        return _TASKS.validate_json(path.read_bytes())
+        raw = path.read_bytes()
+        return _TASKS.validate_json(raw)
     except OSError as e:
         raise RecordError(f"{path}: cannot read task file: {e.strerror or e}") from e
     except ValidationError as e:
-        raise RecordError(f"{path}: not an OmniGAIA task list: {brief(e)}") from e
+        raise RecordError(f"{path}: not an OmniGAIA task list: {_which_task(raw, e)}{brief(e)}") from e
 
 
 def write_tasks_json(path: Path, tasks: list[Task]) -> None:

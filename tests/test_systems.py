@@ -319,3 +319,22 @@ def test_sufficient_evidence_ends_the_loop_when_the_policy_does_not(branchy: Tas
     high = run(1.0)
     assert high.answer is None and high.error == "no finish within 3 turns"
     assert high.accounting["stopped_by"] == "max_turns"
+
+
+def test_answer_inputs_are_named_relative_to_the_folder_they_share(tmp_path: Path) -> None:
+    """``orchestra answer --input``: the files the user names, as paths under their common folder (a
+    task's media paths are relative to a media root, never absolute)."""
+    from orchestra.agent.cli import _the_task
+    from orchestra.io import media_file
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b" / "c").mkdir(parents=True)
+    png, wav = tmp_path / "a" / "x.png", tmp_path / "b" / "c" / "y.wav"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    wav.write_bytes(b"RIFF")
+    task, root = _the_task("q?", [png, wav], None, None)
+    assert root == tmp_path.resolve()
+    assert [m.path for m in task.omni_modal_input] == ["a/x.png", "b/c/y.wav"]
+    assert [media_file(root, m.path) for m in task.omni_modal_input] == [png.resolve(), wav.resolve()]
+    one, root = _the_task("q?", [png], None, None)
+    assert root == png.parent.resolve() and one.omni_modal_input[0].path == "x.png"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -135,12 +136,17 @@ def _the_task(
         return found[0], world / "media"
     if not question:
         raise OrchestraError("give --question (or --task with --world)")
-    mods = []
-    for k, p in enumerate(inputs, 1):
+    for p in inputs:
         if p.suffix.lower() not in _TYPES or not p.is_file():
             raise OrchestraError(f"--input {p}: not a readable {'/'.join(_TYPES)} file")
-        mods.append(ModalInput(type=_TYPES[p.suffix.lower()], id=f"input{k}", path=str(p.resolve())))
-    return Task(id="cli", question=question, omni_modal_input=mods, answer="?"), None
+    files = [p.resolve() for p in inputs]
+    # the folder the inputs share: task media paths are relative to one (a file named is its own)
+    root = Path(os.path.commonpath([f.parent for f in files])) if files else None
+    mods = [
+        ModalInput(type=_TYPES[f.suffix.lower()], id=f"input{k}", path=f.relative_to(root).as_posix())
+        for k, f in enumerate(files, 1)
+    ]
+    return Task(id="cli", question=question, omni_modal_input=mods, answer="?"), root
 
 
 def _the_policy(policy: str, system: str, world_task: Any, params: Any) -> Any:

@@ -27,6 +27,8 @@ from orchestra.backends.goals import (
     skill_registry,
 )
 from orchestra.config import BackendSpec, LatencySpec, PriceSpec
+from orchestra.errors import RecordError
+from orchestra.io import media_file
 from orchestra.text import count_tokens, format_value
 from orchestra.tools.base import Observation, Tool
 
@@ -193,9 +195,10 @@ class BuiltinExpert(Backend):
         muxed = spec.modality == "audio" and modal.type == "video"  # the video's sound track
         if modal.type != spec.modality and not muxed:
             raise GoalError(f"{spec.name} reads {spec.modality}, but #{goal.modal} is {modal.type}")
-        path = Path(modal.path)
-        if task.media_root and not path.is_absolute():
-            path = Path(task.media_root) / path
+        try:  # inside the media folder, whatever the task file says (orchestra.io.media_file)
+            path = media_file(Path(task.media_root), modal.path) if task.media_root else Path(modal.path)
+        except RecordError as e:
+            raise GoalError(f"#{goal.modal}: {e}") from e
         if muxed:
             obs = await box.call(EXTRACT_TOOL, {"path": str(path)})
             if not obs.ok:

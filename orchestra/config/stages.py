@@ -184,6 +184,17 @@ class WorldParams(_Section):
         return self
 
 
+class SeedLimits(_Section):
+    """Bounds on a seed task, checked by seed_tasks for every source (data/seed_checks.py); the defaults
+    are far above the public OmniGAIA file's largest (question 1,867 characters, answer 1,140, 5 media)."""
+
+    question_chars: int = Field(16_000, ge=1)
+    answer_chars: int = Field(4_000, ge=1)
+    media_per_task: int = Field(32, ge=0)
+    media_bytes: int = Field(4 * 2**30, ge=1, description="largest media file, in bytes")
+    id_chars: int = Field(128, ge=1)
+
+
 class SeedParams(_Section):
     source: Literal["world", "omnigaia", "omnigaia_file", "coco", "finevideo", "longvideobench"] = Field(
         "world",
@@ -205,6 +216,7 @@ class SeedParams(_Section):
         "join the seeds; the Dagster sensor starts data_job when one appears; null = off",
     )
     world: WorldParams = WorldParams()
+    limits: SeedLimits = SeedLimits()
 
     @model_validator(mode="after")
     def _source_inputs(self) -> SeedParams:

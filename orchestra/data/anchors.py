@@ -51,6 +51,7 @@ from orchestra.data.reference import (
     solve_seeds,
     with_references,
 )
+from orchestra.data.seed_checks import media_missing
 from orchestra.data.store import (
     ANCHORS_FILE,
     MATERIAL_FILE,
@@ -168,11 +169,10 @@ async def _seed(
             {"task_id": tid, "reason": f"{len(program)} facts > anchors.max_facts {max_facts}"}
         )
         return
-    for m in task.omni_modal_input:
-        path = checker.media_root / m.path
-        if not path.is_file():
-            run.rejected.append({"task_id": tid, "reason": f"media file missing: {m.path}"})
-            return
+    gone = media_missing(task, checker.media_root)
+    if gone:
+        run.rejected.append({"task_id": tid, "reason": gone})
+        return
     facts: list[AnchorFact] = []
     ids = {s.out: f"E{k}" for k, s in enumerate(program, 1)}
     for (_, node, values, expected), step in zip(step_subtasks(task), program, strict=True):

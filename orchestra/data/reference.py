@@ -32,6 +32,7 @@ from orchestra.backends.base import BackendCard
 from orchestra.backends.goals import GoalError, parse_goal
 from orchestra.backends.selection import infer_demand
 from orchestra.config import Params
+from orchestra.data.seed_checks import media_missing
 from orchestra.errors import OrchestraError, StageError
 from orchestra.schemas import (
     BrowseStep,
@@ -343,9 +344,9 @@ def solve_seeds(tasks: Sequence[Task], params: Params, env: Any) -> Solved:
     out = Solved()
     todo = []
     for t in bare:
-        gone = [m.path for m in t.omni_modal_input if not (media / m.path).is_file()]
+        gone = media_missing(t, media)
         if gone:
-            out.rejected[str(t.id)] = f"media file missing: {gone[0]}"
+            out.rejected[str(t.id)] = gone
         else:
             todo.append(t)
     expert = params.anchors.expert

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params, SeedParams
+from orchestra.config.stages import SeedLimits
+from orchestra.data.seed_checks import check_seed_tasks, copy_named_media
 from orchestra.data.sources import DATASET_SOURCES, load_dataset_source
 from orchestra.data.store import KB_DIR, MEDIA_DIR, TASKS_FILE, seeds_dir
-from orchestra.errors import OrchestraError, StageError
-from orchestra.io import atomic_dir, atomic_write_text, dump_json
+from orchestra.errors import OrchestraError, RecordError, StageError
+from orchestra.io import atomic_dir, atomic_write_text, copy_media, dump_json
 from orchestra.schemas import Task, distribution, read_tasks_json, write_tasks_json
 from orchestra.stages import SEED_TASKS
 
@@ -26,33 +27,43 @@ def incoming_files(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("*.json") if p.is_file()) if Path(folder).is_dir() else []
 
 
-def _add_incoming(tasks: list[Task], folder: Path, tmp: Path) -> dict[str, Any]:
-    """Append the tasks of ``folder``'s JSON files to ``tasks`` and copy the media they name; a task id
-    already taken or a media file missing is an error naming the file."""
+def _add_incoming(tasks: list[Task], folder: Path, tmp: Path, limits: SeedLimits) -> dict[str, Any]:
+    """Append the tasks of ``folder``'s JSON files to ``tasks`` and copy the media they name (only
+    those, data/seed_checks.py); a task id already taken or a task failing the seed checks is an error
+    naming the file."""
     seen = {str(t.id) for t in tasks}
     files = incoming_files(folder)
     added = 0
     for path in files:
+        where = f"incoming seeds {path}"
         try:
             new = read_tasks_json(path)
         except OrchestraError as e:
             raise StageError(f"incoming seeds {path}: {e}") from e
         for task in new:
             if str(task.id) in seen:
-                raise StageError(f"incoming seeds {path}: task id {task.id!r} is already taken")
+                raise StageError(f"{where}: task id {task.id!r} is already taken")
             seen.add(str(task.id))
-            for m in task.omni_modal_input:
-                src = folder / MEDIA_DIR / m.path
-                if not src.is_file():
-                    raise StageError(f"incoming seeds {path}: task {task.id!r} names {src}, which is missing")
-                dst = tmp / MEDIA_DIR / m.path
-                if dst.exists() and dst.read_bytes() != src.read_bytes():
-                    raise StageError(f"incoming seeds {path}: another media file is named {m.path}")
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
+        copy_named_media(new, folder, tmp, where)
+        check_seed_tasks(new, tmp / MEDIA_DIR, limits, where)
         tasks.extend(new)
         added += len(new)
     return {"incoming_files": len(files), "incoming_tasks": added}
+
+
+def _omnigaia_file(src: Path, tmp: Path, limit: int | None) -> list[Task]:
+    """The tasks of an OmniGAIA-format file (the first ``limit``), the media they name from the
+    ``media/`` beside it and its knowledge base (``kb/pages.jsonl``) if it has one, copied into ``tmp``
+    without following a link."""
+    tasks = read_tasks_json(src)[:limit]
+    copy_named_media(tasks, src.parent, tmp, str(src))
+    kb = src.parent / KB_DIR
+    if kb.exists() or kb.is_symlink():
+        try:
+            copy_media(src.parent, f"{KB_DIR}/pages.jsonl", tmp / KB_DIR / "pages.jsonl")
+        except RecordError as e:
+            raise StageError(f"{src}: its knowledge base: {e}") from e
+    return tasks
 
 
 def seed_tasks_stage(params: Params, root: Path) -> dict[str, Any]:
@@ -81,20 +92,17 @@ def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = 
         elif params.source == "omnigaia":
             tasks = read_tasks_json(omnigaia_metadata_path())
         elif params.source == "omnigaia_file":
-            src = Path(params.path or "")
-            tasks = read_tasks_json(src)
-            # its media, and a knowledge base (kb/pages.jsonl) if it has one
-            for folder in (MEDIA_DIR, KB_DIR):
-                if (src.parent / folder).is_dir():
-                    shutil.copytree(src.parent / folder, tmp / folder)
+            tasks = _omnigaia_file(Path(params.path or ""), tmp, params.limit)
         elif params.source in DATASET_SOURCES:
             tasks = load_dataset_source(params, tmp / MEDIA_DIR)
         else:  # pragma: no cover - Literal in SeedParams keeps this unreachable
             raise StageError(f"unknown seed source {params.source!r}")
-        if params.limit is not None:
-            tasks = tasks[: params.limit]
+        tasks = tasks[: params.limit] if params.limit is not None else tasks
+        media = None if params.source == "omnigaia" else tmp / MEDIA_DIR  # metadata only: no media
+        where = params.path if params.source == "omnigaia_file" else f"seed.source {params.source}"
+        check_seed_tasks(tasks, media, params.limits, str(where))
         if incoming is not None:
-            extra.update(_add_incoming(tasks, incoming, tmp))
+            extra.update(_add_incoming(tasks, incoming, tmp, params.limits))
         if not tasks:
             raise StageError.empty(
                 SEED_TASKS, "seed tasks", {f"seed.source {params.source} holds no task": 1}

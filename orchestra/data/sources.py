@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import SeedParams
-from orchestra.errors import StageError
+from orchestra.data.seed_checks import safe_id
+from orchestra.errors import RecordError, StageError
+from orchestra.io import media_file
 from orchestra.schemas import ModalInput, Task
 
 __all__ = ["DATASET_SOURCES", "dataset_files", "load_dataset_source"]
@@ -56,10 +58,14 @@ def _read_json(path: Path, what: str) -> Any:
         raise StageError(f"seed.path: {path} is not readable JSON: {e}") from e
 
 
-def _place(src: Path, media: Path, rel: str) -> str:
-    """Put ``src`` at ``media/rel`` (a hard link, or a copy across file systems); returns ``rel``."""
-    if not src.is_file():
-        raise StageError(f"seed.path: {src} is missing (a task names it)")
+def _place(root: Path, name: str, media: Path, rel: str) -> str:
+    """Put the dataset's file ``root/name`` at ``media/rel`` (a hard link, or a copy across file
+    systems); returns ``rel``. ``name`` comes from the dataset's annotations: it must stay inside
+    ``root`` and reach its file through no symbolic link (orchestra.io.media_file)."""
+    try:
+        src = media_file(root, name)
+    except RecordError as e:
+        raise StageError(f"seed.path: {e} (a task names it)") from e
     dst = media / rel
     dst.parent.mkdir(parents=True, exist_ok=True)
     if not dst.exists():
@@ -98,7 +104,7 @@ def _coco(params: SeedParams, root: Path, media: Path) -> Iterator[Task]:
         name = names.get(cat)
         if name is None:
             raise StageError(f"seed.path: {where} annotates category {cat}, which it does not list")
-        rel = _place(root / split / img["file_name"], media, f"images/{img['file_name']}")
+        rel = _place(root / split, img["file_name"], media, f"images/{img['file_name']}")
         hints = [f"Caption: {c}" for c in captions.get(img["id"], [])]
         yield Task(
             id=f"coco-{img['id']}",
@@ -137,7 +143,7 @@ def _finevideo_rows(root: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
 def _finevideo(params: SeedParams, root: Path, media: Path) -> Iterator[Task]:
     for k, (mp4, meta) in enumerate(_finevideo_rows(root)):
         name = meta.get("original_video_filename") or f"finevideo_{k:06d}.mp4"
-        vid = Path(name).stem
+        vid = safe_id(Path(name).stem)
         content = meta.get("content_metadata") or {}
         qas = [q for q in content.get("qAndA") or [] if q.get("question") and q.get("answer")]
         if not qas or not mp4:
@@ -184,10 +190,10 @@ def _longvideobench(params: SeedParams, root: Path, media: Path) -> Iterator[Tas
                 f"seed.path: {name} entry {eid!r}: correct_choice {e['correct_choice']} of {len(options)}"
             )
         listed = " ".join(f"{_LETTERS[i]}. {o}" for i, o in enumerate(options))
-        rel = _place(root / "videos" / _need(e, "video_path", name), media, f"videos/{e['video_path']}")
+        rel = _place(root / "videos", _need(e, "video_path", name), media, f"videos/{e['video_path']}")
         sources: list[dict[str, Any]] = []
         if e.get("subtitle_path"):
-            sub = _place(root / "subtitles" / e["subtitle_path"], media, f"subtitles/{e['subtitle_path']}")
+            sub = _place(root / "subtitles", e["subtitle_path"], media, f"subtitles/{e['subtitle_path']}")
             sources.append({"type": "subtitles", "url": sub, "key_information": None})
         yield Task(
             id=f"lvb-{eid}",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import Params
+from orchestra.data.seed_checks import media_missing
 from orchestra.data.store import (
     BENCHMARK_DIR,
     KB_DIR,
@@ -26,7 +27,7 @@ from orchestra.data.store import (
     stage_dir,
 )
 from orchestra.errors import StageError
-from orchestra.io import atomic_dir, atomic_write_text, dump_json, write_jsonl
+from orchestra.io import atomic_dir, atomic_write_text, dump_json, media_file, write_jsonl
 from orchestra.schemas import (
     Task,
     VerifiedSample,
@@ -44,7 +45,7 @@ def _benchmark(tasks: list[Task], seeds: Path, out: Path) -> int:
     files = sorted({m.path for t in tasks for m in t.omni_modal_input})
     for rel in files:
         (out / MEDIA_DIR / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(seeds / MEDIA_DIR / rel, out / MEDIA_DIR / rel)
+        shutil.copy2(media_file(seeds / MEDIA_DIR, rel), out / MEDIA_DIR / rel)
     if (seeds / KB_DIR / "pages.jsonl").is_file():  # a seed source without a knowledge base has none
         (out / KB_DIR).mkdir()
         shutil.copy2(seeds / KB_DIR / "pages.jsonl", out / KB_DIR / "pages.jsonl")
@@ -166,11 +167,9 @@ def check_verified(root: Path) -> tuple[bool, str]:
     want = sorted(s.candidate_id for s in samples if s.split == "test")
     if sorted(str(t.id) for t in tasks) != want:
         return False, "the benchmark is not the test split"
-    missing = [
-        m.path for t in tasks for m in t.omni_modal_input if not (bench / MEDIA_DIR / m.path).is_file()
-    ]
+    missing = [gone for t in tasks if (gone := media_missing(t, bench / MEDIA_DIR))]
     if missing:
-        return False, f"benchmark media missing: {missing[:3]}"
+        return False, f"benchmark media: {missing[:3]}"
     return True, f"{len(samples)} samples, {len(splits)} seeds, {len(tasks)} benchmark tasks"
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from orchestra.config import AgentParams, Params, ProviderSpec
 from orchestra.data.store import CLOCK_FILE, model_dir, run_dir, split_clock
-from orchestra.errors import OrchestraError
+from orchestra.errors import OrchestraError, RecordError
 from orchestra.evaluation.items import (
     ITEMS_FILE,
     append_line,
@@ -45,7 +45,7 @@ from orchestra.evaluation.items import (
     write_timing,
 )
 from orchestra.evaluation.scoring import LLMJudge, extract_answer
-from orchestra.io import atomic_write_text, dir_digest, dump_json, record_dict
+from orchestra.io import atomic_write_text, dir_digest, dump_json, media_file, record_dict
 from orchestra.schemas import Task, read_tasks_json
 
 __all__ = ["EvalConfig", "EvalError", "run_eval"]
@@ -130,8 +130,9 @@ def _plain(v: Any) -> Any:
 def _missing_media(task: Task, media: Path) -> list[str]:
     out = []
     for m in task.omni_modal_input:
-        p = Path(m.path)
-        if not (p if p.is_absolute() else media / p).is_file():
+        try:
+            media_file(media, m.path)
+        except RecordError:
             out.append(m.path)
     return out
 

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from orchestra.config import ProviderSpec
+from orchestra.errors import RecordError
+from orchestra.io import media_file
 from orchestra.schemas import ModalInput
 from orchestra.tools.media import MediaError, check_file, decode_audio_track, read_video, wav_bytes
 
@@ -120,6 +122,13 @@ def _video(path: Path, spec: ProviderSpec, client: Any, with_sound: bool) -> lis
     return parts
 
 
+def _confined(root: Path, rel: str) -> Path:
+    try:
+        return media_file(root, rel)
+    except RecordError as e:
+        raise MediaError(str(e)) from e
+
+
 def content_parts(
     inputs: Sequence[tuple[str, ModalInput]],
     media_root: Path | None,
@@ -135,7 +144,7 @@ def content_parts(
     for key, m in inputs:
         if not takes(spec, m.type):
             continue
-        path = Path(m.path) if media_root is None else Path(media_root) / m.path
+        path = Path(m.path) if media_root is None else _confined(Path(media_root), m.path)
         parts.append({"type": "text", "text": f"#{key} {m.type} ({m.id}):"})
         if m.type == "image":
             parts.append(image_part(path, spec.image_max_side))
