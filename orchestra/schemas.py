@@ -349,6 +349,13 @@ class TrajectoryStep(_Record):
     error: str | None = None
     results: list[dict[str, Any]] = Field(default_factory=list, description="evidence returned per sub-task")
     latency_s: float = 0.0
+    start_s: float | None = Field(None, description="when the policy was asked, seconds after the run began")
+    policy_s: float | None = Field(
+        None, description="the policy call's own seconds (latency_s adds the batch)"
+    )
+    input_tokens: int = Field(0, ge=0, description="the decision's policy call: tokens read")
+    output_tokens: int = Field(0, ge=0, description="the decision's policy call: tokens written")
+    cost: float = Field(0.0, ge=0, description="the decision's policy call, priced as the ledger prices it")
 
 
 class Trajectory(_Record):
@@ -360,6 +367,7 @@ class Trajectory(_Record):
     tokens: int = 0
     cost: float = 0.0
     latency_s: float = 0.0
+    started_at: float | None = Field(None, description="when the run began, seconds since the epoch")
     accounting: dict[str, Any] = Field(
         default_factory=dict, description="per-policy/backend/tool usage and timing figures of the run"
     )

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestra.agent.memory import Evidence
-from orchestra.backends.base import CostModel
+from orchestra.backends.base import CostModel, ToolCall
 from orchestra.config import PriceSpec
 
 __all__ = ["CallKind", "Ledger", "Usage"]
@@ -105,10 +105,12 @@ class Ledger:
                 ok=e.ok,
             )
             for c in e.tool_calls:
-                price = self.tool_prices.get(c.tool)
-                self.record(
-                    "tool", c.tool, cost=price.price() if price else c.cost, latency_s=c.latency_s, ok=c.ok
-                )
+                self.record("tool", c.tool, cost=self.tool_cost(c), latency_s=c.latency_s, ok=c.ok)
+
+    def tool_cost(self, call: ToolCall) -> float:
+        """A tool call's price: the price table's where it lists the tool, else what the tool reported."""
+        price = self.tool_prices.get(call.tool)
+        return price.price() if price else call.cost
 
     def by(self, kind: CallKind) -> dict[str, Usage]:
         return {name: u.model_copy() for (k, name), u in sorted(self._usage.items()) if k == kind}

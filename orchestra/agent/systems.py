@@ -126,6 +126,7 @@ class _TaskRun:
         self.error: str | None = None
         self.stopped_by = "finish"
         self.t0 = time.perf_counter()
+        self.started_at = time.time()
 
     async def turn(self, turn: int) -> bool:
         """One decision and what it asks for; True when the run ends there (a finish, or an unusable
@@ -177,13 +178,18 @@ class _TaskRun:
         )
         took = time.perf_counter() - tp
         self.policy_s += took
-        self.ledger.record_policy(policy.name, reply.input_tokens, reply.output_tokens, took)
+        usage = self.ledger.record_policy(policy.name, reply.input_tokens, reply.output_tokens, took)
         step = TrajectoryStep(
             index=turn,
             state_messages=messages,
             state=state.model_dump(mode="json"),
             raw_output=reply.raw_output,
             latency_s=took,
+            start_s=tp - self.t0,
+            policy_s=took,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cost=usage.cost,
         )
         self.steps.append(step)
         return step, reply
@@ -258,6 +264,7 @@ class _TaskRun:
             tokens=total.tokens,
             cost=total.cost,
             latency_s=latency,
+            started_at=self.started_at,
             error=self.error,
             accounting={
                 **self.ledger.summary(),
@@ -328,7 +335,7 @@ async def run_react_lm(task: Task, backend: Backend, env: Environment, name: str
         max_steps=env.agent.subagent_max_steps * env.max_turns,
         seed=env.seed,
     )
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), time.time()
     res = await backend.run(sti, list(env.tools))
     latency = time.perf_counter() - t0
     ev = Evidence(
@@ -356,6 +363,7 @@ async def run_react_lm(task: Task, backend: Backend, env: Environment, name: str
         state_messages=[{"role": "user", "content": goal}],
         results=[ev.model_dump(mode="json")],
         latency_s=latency,
+        start_s=0.0,
         error=res.error,
     )
     total = ledger.total()
@@ -371,6 +379,7 @@ async def run_react_lm(task: Task, backend: Backend, env: Environment, name: str
         tokens=total.tokens,
         cost=total.cost,
         latency_s=latency,
+        started_at=started_at,
         error=res.error,
         accounting={**ledger.summary(), "policy_s": 0.0},
     )

@@ -222,7 +222,9 @@ def read_run_record(root: Path, name: str) -> dict[str, Any]:
 
 #: the keys under which records hold clock readings (seconds measured, not decided): a stage writes them
 #: to its run record, never to its data (:func:`split_clock`)
-CLOCK_KEYS = frozenset({"latency_s", "start_s", "end_s", "critical_path_s", "render_s", "policy_s", "wall_s"})
+CLOCK_KEYS = frozenset(
+    {"latency_s", "start_s", "end_s", "critical_path_s", "render_s", "policy_s", "wall_s", "started_at"}
+)
 #: subtrees that hold settings, not measurements (a state's backend cards: their declared ``latency_s``)
 SETTINGS_KEYS = frozenset({"backends"})
 

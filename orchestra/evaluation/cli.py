@@ -37,6 +37,9 @@ def eval_command(
     ),
     pool: int | None = typer.Option(None, "--pool", min=1, help="keep only the first N experts of the pool"),
     max_turns: int = typer.Option(8, "--max-turns", min=1, max=64),
+    traces: bool = typer.Option(
+        False, "--traces", help="an MLflow trace per item in params' tracking store (once per item)"
+    ),
     params_file: Path = typer.Option(Path("params.yaml"), "--params", help="agent/tools/providers sections"),
 ) -> None:
     """Run a system and policy over a benchmark: per-item JSONL, results.json, summary.json in OUT."""
@@ -62,6 +65,7 @@ def eval_command(
             registry=registry,
             pool=pool,
             max_turns=max_turns,
+            traces=traces,
             data_dir=data_root(params_file, params) if params_file.is_file() else None,
         )
         right = [0, 0]

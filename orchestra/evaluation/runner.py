@@ -87,6 +87,7 @@ class EvalConfig:
     data_dir: Path | None = None
     seed: int = 0
     shard: tuple[int, int] | None = None  # (k, n): only every n-th task from the k-th (a benchmark shard)
+    traces: bool = False  # log an MLflow trace per item (evaluation/traces.py) once the run is done
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def media(self) -> Path:
@@ -221,6 +222,10 @@ def run_eval(
         runner = _Runner(cfg, env, _Policies(params.model_copy(update={"agent": agent}), cfg), judge)
         asyncio.run(runner.run([t for t in tasks if str(t.id) not in done], done, len(tasks), on_item))
     items = [done[str(t.id)] for t in tasks]
+    if cfg.traces:
+        from orchestra.evaluation.traces import trace_eval
+
+        trace_eval(params, cfg.out, cfg.fingerprint(), tasks, done, cfg.data_dir or cfg.out)
     write_timing(cfg.out, latencies(items, load_clocks(cfg.out)))
     return write_summary(cfg.out, items, system=cfg.system, policy=cfg.portable_policy(), samples=cfg.samples)
 
