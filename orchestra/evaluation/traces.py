@@ -160,7 +160,10 @@ def _logged(experiment_id: str, key: str) -> set[str]:
     import mlflow
 
     found = mlflow.search_traces(
-        locations=[experiment_id], filter_string=f"tag.`orchestra.eval` = '{key}'", return_type="list"
+        locations=[experiment_id],
+        filter_string=f"tag.`orchestra.eval` = '{key}'",
+        return_type="list",
+        include_spans=False,
     )
     return {t.info.tags.get("orchestra.task_id", "") for t in found}
 
