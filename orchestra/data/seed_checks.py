@@ -70,9 +70,9 @@ def _media_problem(media: Path, rel: str, kind: str, limits: SeedLimits) -> str 
         return f"media file {rel!r} is empty (0 bytes)"
     if size > limits.media_bytes:
         return f"media file {rel!r} is {size:,} bytes (seed.limits.media_bytes {limits.media_bytes:,})"
-    found = filetype.guess_mime(str(path))
     if kind not in _KINDS:
         return f"media {rel!r} has type {kind!r} (image, audio or video)"
+    found = filetype.guess_mime(str(path))
     if found is None or not found.startswith(_KINDS[kind]):
         return (
             f"media file {rel!r} is declared {kind}, but its bytes are {found or 'of no known media format'}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,7 @@ def _omnigaia_file(src: Path, tmp: Path, limit: int | None) -> list[Task]:
     without following a link."""
     tasks = read_tasks_json(src)[:limit]
     copy_named_media(tasks, src.parent, tmp, str(src))
-    kb = src.parent / KB_DIR
-    if kb.exists() or kb.is_symlink():
+    if os.path.lexists(src.parent / KB_DIR):  # a link there is refused by the copy, not skipped
         try:
             copy_media(src.parent, f"{KB_DIR}/pages.jsonl", tmp / KB_DIR / "pages.jsonl")
         except RecordError as e:
@@ -97,7 +97,7 @@ def build_seed_tasks(params: SeedParams, out_dir: Path, incoming: Path | None = 
             tasks = load_dataset_source(params, tmp / MEDIA_DIR)
         else:  # pragma: no cover - Literal in SeedParams keeps this unreachable
             raise StageError(f"unknown seed source {params.source!r}")
-        tasks = tasks[: params.limit] if params.limit is not None else tasks
+        tasks = tasks[: params.limit]
         media = None if params.source == "omnigaia" else tmp / MEDIA_DIR  # metadata only: no media
         where = params.path if params.source == "omnigaia_file" else f"seed.source {params.source}"
         check_seed_tasks(tasks, media, params.limits, str(where))

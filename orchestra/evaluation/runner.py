@@ -210,7 +210,7 @@ def run_eval(
     """Evaluate ``cfg`` (see :class:`EvalConfig`); returns the summary (also in ``summary.json``).
     ``on_item(item, done, total)`` is called after each finished item (the CLI's progress bar)."""
     tasks = _tasks_of(cfg)
-    _claim(cfg)
+    run = _claim(cfg)
     done = load_items(cfg.out)
     if cfg.judge and cfg.judge not in params.providers:
         raise EvalError(f"--judge {cfg.judge!r} is not a key of params providers")
@@ -221,12 +221,12 @@ def run_eval(
     with _runtime(params, cfg, agent) as env:
         runner = _Runner(cfg, env, _Policies(params.model_copy(update={"agent": agent}), cfg), judge)
         asyncio.run(runner.run([t for t in tasks if str(t.id) not in done], done, len(tasks), on_item))
-    items = [done[str(t.id)] for t in tasks]
+    items, clocks = [done[str(t.id)] for t in tasks], load_clocks(cfg.out)
     if cfg.traces:
         from orchestra.evaluation.traces import trace_eval
 
-        trace_eval(params, cfg.out, cfg.fingerprint(), tasks, done, cfg.data_dir or cfg.out)
-    write_timing(cfg.out, latencies(items, load_clocks(cfg.out)))
+        trace_eval(params, cfg.out, run, tasks, done, clocks, cfg.data_dir or cfg.out)
+    write_timing(cfg.out, latencies(items, clocks))
     return write_summary(cfg.out, items, system=cfg.system, policy=cfg.portable_policy(), samples=cfg.samples)
 
 
@@ -252,8 +252,9 @@ def _tasks_of(cfg: EvalConfig) -> list[Task]:
     return tasks
 
 
-def _claim(cfg: EvalConfig) -> None:
-    """Make ``cfg.out`` this run's (its :data:`RUN_FILE`), or refuse a folder that holds another run."""
+def _claim(cfg: EvalConfig) -> dict[str, Any]:
+    """Make ``cfg.out`` this run's (its :data:`RUN_FILE`), or refuse a folder that holds another run;
+    returns the run's fingerprint."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     fp = cfg.fingerprint()
     run_file = cfg.out / RUN_FILE
@@ -266,6 +267,7 @@ def _claim(cfg: EvalConfig) -> None:
         atomic_write_text(run_file, dump_json(fp) + "\n")
     (cfg.out / "trajectories").mkdir(exist_ok=True)
     run_dir(cfg.out).mkdir(exist_ok=True)
+    return fp
 
 
 def _runtime(params: Params, cfg: EvalConfig, agent: AgentParams) -> AbstractContextManager[Any]:

@@ -22,7 +22,6 @@ from typing import Any
 
 from orchestra.agent.accounting import Ledger
 from orchestra.agent.memory import Evidence
-from orchestra.backends.base import ToolCall
 from orchestra.config import Params
 from orchestra.io import dump_json
 from orchestra.schemas import Task, Trajectory, TrajectoryStep
@@ -73,13 +72,10 @@ class _Tree:
 def _tools(tree: _Tree, parent: Any, ev: Evidence, ledger: Ledger) -> None:
     at = ev.start_s or 0.0
     for c in ev.tool_calls:
-        span = tree.span(c.tool, "TOOL", parent, at, inputs=dict(c.args), attributes=_tool_attrs(c, ledger))
+        attrs = {"cost": ledger.tool_cost(c), "latency_s": c.latency_s}
+        span = tree.span(c.tool, "TOOL", parent, at, inputs=dict(c.args), attributes=attrs)
         at += c.latency_s
         tree.end(span, at, {"ok": c.ok, "text": c.text[:_TEXT]}, None if c.ok else c.text[:_TEXT])
-
-
-def _tool_attrs(c: ToolCall, ledger: Ledger) -> dict[str, Any]:
-    return {"cost": ledger.tool_cost(c), "latency_s": c.latency_s}
 
 
 def _subtask(tree: _Tree, parent: Any, ev: Evidence, ledger: Ledger) -> None:
@@ -174,23 +170,23 @@ def trace_eval(
     run: Mapping[str, Any],
     tasks: Sequence[Task],
     items: Mapping[str, Mapping[str, Any]],
+    clocks: Mapping[str, Mapping[str, Any]],
     root: Path,
 ) -> int:
-    """A trace for every item of the evaluation in ``out`` (its trajectory file and clock) that has
-    none yet, in ``tracking.experiment`` of the project whose data folder is ``root``; an evaluation is
-    keyed by its fingerprint ``run`` (run.json), so a resumed run traces only what it has not. Returns
-    how many were logged."""
+    """A trace for every item of the evaluation in ``out`` (its trajectory file and its ``clocks``
+    line, evaluation/items.load_clocks) that has none yet, in ``tracking.experiment`` of the project
+    whose data folder is ``root``; an evaluation is keyed by its fingerprint ``run`` (run.json), so a
+    resumed run traces only what it has not. Returns how many were logged."""
     import mlflow
 
     from orchestra.data.store import join_clock
-    from orchestra.evaluation.items import load_clocks
     from orchestra.training.tracking import ensure_experiment, tracking_uri
 
     uri = tracking_uri(params, root)
     mlflow.set_tracking_uri(uri)
     exp = ensure_experiment(uri, params.tracking.experiment)
     key = hashlib.sha256(dump_json(run).encode()).hexdigest()[:16]
-    done, clocks = _logged(exp, key), load_clocks(out)
+    done, ledger = _logged(exp, key), Ledger(params.agent.tool_prices, params.agent.policy_price)
     logged = 0
     for task in tasks:
         item = items.get(str(task.id))
@@ -208,6 +204,6 @@ def trace_eval(
             "orchestra.eval_out": out.name,
             "orchestra.policy": str(run.get("policy")),
         }
-        log_trace(task, traj, Ledger(params.agent.tool_prices, params.agent.policy_price), outputs, tags, exp)
+        log_trace(task, traj, ledger, outputs, tags, exp)
         logged += 1
     return logged
